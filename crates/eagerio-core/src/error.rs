@@ -1,0 +1,304 @@
+//! The one public error type.
+//!
+//! Every error says what happened and where: the operation, the file, and the row or offset.
+//! Bad arguments are reported before any I/O starts; I/O failures carry the OS error.
+
+use std::{fmt, io, path::PathBuf, sync::Arc};
+
+/// The result type of eagerio.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The operation that failed, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// Opening a file.
+    Open,
+    /// Reading a gather's extent.
+    Read,
+    /// Writing a sink's chunk.
+    Write,
+    /// Making a sink durable (`fdatasync`).
+    Sync,
+    /// Setting up a backend (a ring, registered buffers, an executor).
+    Setup,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Open => "opening",
+            Op::Read => "reading",
+            Op::Write => "writing",
+            Op::Sync => "syncing",
+            Op::Setup => "setting up",
+        })
+    }
+}
+
+/// One failed write, as reported by a sink's `flush`.
+#[derive(Debug, Clone)]
+pub struct WriteFailure {
+    /// Where the write started.
+    pub offset: u64,
+    /// How many bytes it was to write.
+    pub len: usize,
+    /// Why it failed.
+    pub error: Arc<io::Error>,
+}
+
+impl fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes at offset {}: {}", self.len, self.offset, self.error)
+    }
+}
+
+/// Names the request a short read or I/O error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Row `row` of a row table.
+    Row(u64),
+    /// The `index`-th range of a range gather.
+    Range(usize),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Row(r) => write!(f, "row {r}"),
+            Target::Range(i) => write!(f, "range #{i}"),
+        }
+    }
+}
+
+/// The error type of every eagerio operation.
+///
+/// Backends keep their own details private and convert into this; `From<Error> for io::Error`
+/// lets callers use `?` in either world.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A requested row is past the end of the table. Reported before any I/O.
+    #[error("row {row} is past the end of {path:?}: the table has {rows} rows")]
+    RowOutOfRange {
+        /// The offending row.
+        row: u64,
+        /// The table's row count.
+        rows: u64,
+        /// The table's file.
+        path: PathBuf,
+    },
+    /// A byte range is empty, inverted or past the end of the file. Reported before any I/O.
+    #[error("range #{index} ({start}..{end}) of {path:?} is invalid: {reason}")]
+    InvalidRange {
+        /// Position of the range in the request.
+        index: usize,
+        /// Its start.
+        start: u64,
+        /// Its end.
+        end: u64,
+        /// Why it is refused.
+        reason: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// An option makes no sense (a zero depth, an alignment that is not a power of two, ...).
+    #[error("invalid option `{option}`: {reason}")]
+    InvalidOptions {
+        /// The option's name.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Direct I/O was asked for explicitly and the filesystem refuses it.
+    #[error("direct I/O on {path:?} is not supported by its filesystem: {source}")]
+    DirectIoUnsupported {
+        /// The file.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The file ended before a requested byte: it is shorter than the table says, or it was
+    /// truncated while the gather ran.
+    #[error("short read of {target} at offset {offset} of {path:?}: wanted {wanted} bytes, the file gave {got}")]
+    ShortRead {
+        /// The row or range that could not be read whole.
+        target: Target,
+        /// The file offset of that row or range.
+        offset: u64,
+        /// Bytes it needed from that offset.
+        wanted: u64,
+        /// Bytes the file had.
+        got: u64,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The operating system reported an error.
+    #[error("{op} {path:?}{}: {source}", at(*offset, *target))]
+    Io {
+        /// What was being done.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// The file offset, where one applies.
+        offset: Option<u64>,
+        /// The row or range, where one applies.
+        target: Option<Target>,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// One or more writes of a sink failed; `flush`, `sync` and `close` report every one.
+    #[error("{} write(s) to {path:?} failed; first: {}", failures.len(), failures[0])]
+    WriteFailed {
+        /// The sink's file or object.
+        path: PathBuf,
+        /// Every failure since the last report, in completion order.
+        failures: Vec<WriteFailure>,
+    },
+    /// A worker or completion handler panicked while serving this operation. The ledger drained
+    /// every read first; the source keeps serving.
+    #[error("{op} {path:?}: a worker panicked: {message}")]
+    Panicked {
+        /// What was being done.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// The panic's message, where it was a string.
+        message: String,
+    },
+    /// The backend went away before finishing the operation (its runtime or lane shut down).
+    #[error("{op} {path:?}: the backend shut down before the operation finished")]
+    Abandoned {
+        /// What was being done.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The sink is closed.
+    #[error("the sink for {path:?} is closed")]
+    Closed {
+        /// The sink's file.
+        path: PathBuf,
+    },
+    /// The backend cannot run here (no io_uring, too little locked memory, an old kernel). The
+    /// message says which limit and how to raise it.
+    #[error("{backend} is unavailable: {reason}")]
+    Unavailable {
+        /// The backend.
+        backend: &'static str,
+        /// Why, and what to change.
+        reason: String,
+        /// The OS error behind it, if any.
+        #[source]
+        source: Option<io::Error>,
+    },
+}
+
+fn at(offset: Option<u64>, target: Option<Target>) -> String {
+    match (target, offset) {
+        (Some(t), Some(o)) => format!(" ({t} at offset {o})"),
+        (None, Some(o)) => format!(" at offset {o}"),
+        (Some(t), None) => format!(" ({t})"),
+        (None, None) => String::new(),
+    }
+}
+
+impl Error {
+    /// The `io::ErrorKind` this error maps to.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            Error::RowOutOfRange { .. } | Error::InvalidRange { .. } | Error::InvalidOptions { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            Error::DirectIoUnsupported { .. } | Error::Unavailable { .. } => io::ErrorKind::Unsupported,
+            Error::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
+            Error::Io { source, .. } => source.kind(),
+            Error::WriteFailed { failures, .. } => failures[0].error.kind(),
+            Error::Panicked { .. } | Error::Abandoned { .. } => io::ErrorKind::Other,
+            Error::Closed { .. } => io::ErrorKind::BrokenPipe,
+        }
+    }
+
+    /// The raw OS error code, if this error carries one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } | Error::DirectIoUnsupported { source, .. } => source.raw_os_error(),
+            Error::WriteFailed { failures, .. } => failures[0].error.raw_os_error(),
+            Error::Unavailable { source: Some(s), .. } => s.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a bad argument, reported before any I/O started.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, Error::RowOutOfRange { .. } | Error::InvalidRange { .. } | Error::InvalidOptions { .. })
+    }
+
+    /// A copy of this error for a second reader of the same outcome (errors are not `Clone`
+    /// because `io::Error` is not; the copy keeps the kind, the code and the message).
+    pub fn duplicate(&self) -> Error {
+        fn dup(e: &io::Error) -> io::Error {
+            match e.raw_os_error() {
+                Some(code) => io::Error::from_raw_os_error(code),
+                None => io::Error::new(e.kind(), e.to_string()),
+            }
+        }
+        match self {
+            Error::RowOutOfRange { row, rows, path } => Error::RowOutOfRange { row: *row, rows: *rows, path: path.clone() },
+            Error::InvalidRange { index, start, end, reason, path } => Error::InvalidRange {
+                index: *index,
+                start: *start,
+                end: *end,
+                reason,
+                path: path.clone(),
+            },
+            Error::InvalidOptions { option, reason } => Error::InvalidOptions { option, reason: reason.clone() },
+            Error::DirectIoUnsupported { path, source } => Error::DirectIoUnsupported { path: path.clone(), source: dup(source) },
+            Error::ShortRead { target, offset, wanted, got, path } => Error::ShortRead {
+                target: *target,
+                offset: *offset,
+                wanted: *wanted,
+                got: *got,
+                path: path.clone(),
+            },
+            Error::Io { op, path, offset, target, source } => Error::Io {
+                op: *op,
+                path: path.clone(),
+                offset: *offset,
+                target: *target,
+                source: dup(source),
+            },
+            Error::WriteFailed { path, failures } => Error::WriteFailed { path: path.clone(), failures: failures.clone() },
+            Error::Panicked { op, path, message } => Error::Panicked { op: *op, path: path.clone(), message: message.clone() },
+            Error::Abandoned { op, path } => Error::Abandoned { op: *op, path: path.clone() },
+            Error::Closed { path } => Error::Closed { path: path.clone() },
+            Error::Unavailable { backend, reason, source } => Error::Unavailable {
+                backend,
+                reason: reason.clone(),
+                source: source.as_ref().map(dup),
+            },
+        }
+    }
+
+    /// Shorthand for an invalid option.
+    pub fn invalid_option(option: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidOptions { option, reason: reason.into() }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        io::Error::new(e.kind(), e)
+    }
+}
+
+/// Turns a panic payload into its message.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

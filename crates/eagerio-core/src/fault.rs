@@ -1,0 +1,88 @@
+//! The fault seam: a hook every backend calls just before each syscall or submission, so tests
+//! can inject errors, short transfers, delays and panics exactly where real ones happen.
+//!
+//! Production code pays one `Option` check per I/O when no hook is set.
+
+use std::{fmt, io, sync::Arc};
+
+/// What kind of I/O is about to happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoKind {
+    /// A gather extent's read.
+    Read,
+    /// A sink's write.
+    Write,
+    /// A sink's `fdatasync`.
+    Sync,
+    /// Copying a completed read's rows into the output.
+    CopyOut,
+}
+
+/// The I/O about to happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoPoint {
+    /// Its kind.
+    pub kind: IoKind,
+    /// File offset.
+    pub offset: u64,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// What the hook wants done.
+#[derive(Debug)]
+pub enum Action {
+    /// Do the I/O as usual.
+    Proceed,
+    /// Skip the I/O and report this error as its result.
+    Fail(io::Error),
+    /// Do the I/O but report at most this many bytes transferred (a short read or write).
+    Short(usize),
+    /// Panic at this point (the backend's worker or completion handler panics).
+    Panic,
+}
+
+/// A fault hook. It may also sleep, to simulate a slow device.
+#[derive(Clone)]
+pub struct Hook(Arc<dyn Fn(&IoPoint) -> Action + Send + Sync>);
+
+impl fmt::Debug for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Hook")
+    }
+}
+
+impl Hook {
+    /// A hook calling `f` before every I/O.
+    pub fn new(f: impl Fn(&IoPoint) -> Action + Send + Sync + 'static) -> Hook {
+        Hook(Arc::new(f))
+    }
+
+    /// A hook that sleeps `latency` before every write and sync: a slow sink, for benchmarks.
+    pub fn write_latency(latency: std::time::Duration) -> Hook {
+        Hook::new(move |p| {
+            if matches!(p.kind, IoKind::Write | IoKind::Sync) {
+                std::thread::sleep(latency);
+            }
+            Action::Proceed
+        })
+    }
+
+    /// Asks the hook about `point`; panics here if it says [`Action::Panic`].
+    pub fn check(&self, point: IoPoint) -> Action {
+        match (self.0)(&point) {
+            Action::Panic => panic!("injected panic at {:?} offset {}", point.kind, point.offset),
+            a => a,
+        }
+    }
+}
+
+/// Runs `io` unless `hook` says otherwise, applying a `Short` cap to its result.
+pub fn with_hook(hook: Option<&Hook>, point: IoPoint, io: impl FnOnce() -> io::Result<usize>) -> io::Result<usize> {
+    match hook.map(|h| h.check(point)) {
+        None | Some(Action::Proceed) => io(),
+        Some(Action::Fail(e)) => Err(e),
+        Some(Action::Short(n)) => io().map(|got| got.min(n)),
+        Some(Action::Panic) => unreachable!("check panics"),
+    }
+}

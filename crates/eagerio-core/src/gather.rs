@@ -1,0 +1,632 @@
+//! Gathers: the job ledger shared by a [`GatherFuture`] and the backend serving it, and the
+//! sources that create them.
+//!
+//! # When the I/O starts
+//! [`Source::gather_ranges`] and [`RowTable::gather`] validate the request, plan it and hand the
+//! job to the backend's [`ReadEngine::submit`] *before they return*. The returned
+//! [`GatherFuture`] never starts anything: it only waits for the job to settle.
+//!
+//! # What dropping the future does
+//! It cancels the job: no further extent is issued. Reads already issued keep their staging slots
+//! and the output buffer alive (both are owned by the in-flight party, not by the future) until
+//! their completions are observed; only then do the slots return to the pool. Nothing the kernel
+//! or a worker still writes is ever freed or handed to the next gather.
+//!
+//! # The party protocol
+//! A job is settled when no [`JobHandle`] is left. The `gather` call holds one while it submits;
+//! a backend clones one for every worker or lane that may still touch the job, and drops it when
+//! that worker's last read has completed. The last drop records the statistics and wakes the
+//! future. The future reads the output only after that, so no backend write can race with it.
+
+use std::{
+    fmt,
+    future::Future,
+    ops::Range,
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc as StdArc,
+    task::{Context, Poll, Waker},
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{Error, Op, Result, Target};
+use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::plan::{Plan, PlanOptions};
+use crate::stats::{GatherStats, SourceStats, SourceTotals};
+
+/// What a backend tells the core about the file it serves.
+#[derive(Debug, Clone)]
+pub struct FileInfo {
+    /// The file's path, for error messages.
+    pub path: PathBuf,
+    /// The file's length when it was opened; range gathers past it are refused before any I/O.
+    pub len: u64,
+    /// Alignment every read must have (the logical block for `O_DIRECT`, `1` when buffered).
+    pub align: u64,
+    /// Largest single read: the staging slot size.
+    pub max_read: u64,
+}
+
+/// A backend that executes gather jobs.
+///
+/// Implementing it right is small: in [`submit`](ReadEngine::submit), start reading. Take extents
+/// with [`JobHandle::next_extent`], read each into a staging slot you own, report it with
+/// [`JobHandle::complete`], and drop your handle(s) once your last read has completed. Keep a
+/// slot's lease until the read into it has completed, whatever happens to the job.
+pub trait ReadEngine {
+    /// The file this engine reads.
+    fn info(&self) -> &FileInfo;
+
+    /// Starts executing `job`. Reads must be in flight (or queued to a party that runs without
+    /// being polled) when this returns.
+    fn submit(&self, job: JobHandle);
+}
+
+#[derive(Debug)]
+enum Targets {
+    Rows(Vec<u64>),
+    Ranges,
+}
+
+#[derive(Clone, Copy)]
+struct OutPtr(*mut u8);
+
+// SAFETY: the pointer targets the job's output buffer, which lives as long as the job. Parties
+// write disjoint piece ranges through it (planner invariant) and the future reads the buffer only
+// after every party is gone (Acquire on `parties`), so sharing it across threads is sound.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// The shared state of one gather: the plan, the output, the progress and the first error.
+pub struct GatherJob {
+    plan: Plan,
+    requests: Vec<(u64, u64)>,
+    targets: Targets,
+    path: StdArc<Path>,
+    out: UnsafeCell<BytesMut>,
+    out_ptr: OutPtr,
+    next: AtomicUsize,
+    completed: AtomicUsize,
+    parties: AtomicUsize,
+    cancelled: AtomicBool,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    waker: Mutex<Option<Waker>>,
+    reads_issued: AtomicU64,
+    bytes_read: AtomicU64,
+    resident: AtomicU64,
+    started: Instant,
+    submit_ns: AtomicU64,
+    wait_ns: AtomicU64,
+    source_stats: Option<StdArc<SourceStats>>,
+}
+
+// SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
+// every party is gone (Acquire on `parties`); parties write the buffer through `out_ptr` at
+// disjoint offsets (see `OutPtr`).
+unsafe impl Sync for GatherJob {}
+// SAFETY: nothing in the job is tied to a thread.
+unsafe impl Send for GatherJob {}
+
+impl fmt::Debug for GatherJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatherJob")
+            .field("path", &self.path)
+            .field("extents", &self.plan.extents().len())
+            .field("completed", &self.completed.load(Ordering::Relaxed))
+            .field("parties", &self.parties.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl GatherJob {
+    fn target(&self, request: u32) -> Target {
+        match &self.targets {
+            Targets::Rows(rows) => Target::Row(rows[request as usize]),
+            Targets::Ranges => Target::Range(request as usize),
+        }
+    }
+
+    fn stats(&self) -> GatherStats {
+        GatherStats {
+            requested: self.plan.requests() as u64,
+            unique: self.plan.unique_requests() as u64,
+            resident: self.resident.load(Ordering::Relaxed),
+            reads_planned: self.plan.extents().len() as u64,
+            reads_issued: self.reads_issued.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            useful_bytes: self.plan.useful_bytes(),
+            submit: Duration::from_nanos(self.submit_ns.load(Ordering::Relaxed)),
+            wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn record_error(&self, err: Error) {
+        let mut slot = lock(&self.error);
+        if slot.is_none() {
+            *slot = Some(err);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn settle(&self) {
+        let total = self.started.elapsed();
+        let submit = Duration::from_nanos(self.submit_ns.load(Ordering::Relaxed));
+        self.wait_ns.store(total.saturating_sub(submit).as_nanos() as u64, Ordering::Relaxed);
+        if let Some(s) = &self.source_stats {
+            s.record(&self.stats(), self.failed.load(Ordering::Acquire));
+        }
+        let waker = lock(&self.waker).take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    fn take_output(&self) -> Result<Bytes> {
+        if let Some(e) = lock(&self.error).take() {
+            return Err(e);
+        }
+        if self.completed.load(Ordering::Acquire) != self.plan.extents().len() {
+            return Err(Error::Abandoned { op: Op::Read, path: self.path.to_path_buf() });
+        }
+        let len = self.plan.out_len() as usize;
+        self.out.with_mut(|out| {
+            // SAFETY: every party is gone (the caller saw `parties == 0` with Acquire), so nothing
+            // else touches the buffer.
+            let out = unsafe { &mut *out };
+            // SAFETY: every extent completed and the pieces of a plan cover `0..out_len` exactly
+            // (planner invariant, property-tested), so the first `len` bytes are initialised;
+            // `reserve(len)` at creation made the capacity.
+            unsafe { out.set_len(len) };
+            Ok(std::mem::take(out).freeze())
+        })
+    }
+}
+
+/// A backend's share of a gather job. Cloning it adds a party; the job settles when the last one
+/// is dropped, so hold one for as long as you may still read into the job or complete it.
+pub struct JobHandle {
+    job: Arc<GatherJob>,
+}
+
+impl fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.job.fmt(f)
+    }
+}
+
+impl Clone for JobHandle {
+    fn clone(&self) -> Self {
+        self.job.parties.fetch_add(1, Ordering::Relaxed);
+        JobHandle { job: self.job.clone() }
+    }
+}
+
+impl Drop for JobHandle {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.job.record_error(Error::Panicked {
+                op: Op::Read,
+                path: self.job.path.to_path_buf(),
+                message: "a party panicked while serving the gather".into(),
+            });
+        }
+        if self.job.parties.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.job.settle();
+        }
+    }
+}
+
+impl JobHandle {
+    /// The plan being executed.
+    pub fn plan(&self) -> &Plan {
+        &self.job.plan
+    }
+
+    /// The file, for error messages.
+    pub fn path(&self) -> &Path {
+        &self.job.path
+    }
+
+    /// Whether further extents should still be issued (not cancelled, not failed).
+    pub fn is_live(&self) -> bool {
+        !self.job.cancelled.load(Ordering::Relaxed) && !self.job.failed.load(Ordering::Relaxed)
+    }
+
+    /// Claims the next extent to read, or `None` when all are claimed or the job was cancelled
+    /// or failed. Every claimed extent must be reported through [`complete`](Self::complete) or
+    /// [`fail`](Self::fail).
+    pub fn next_extent(&self) -> Option<usize> {
+        if !self.is_live() {
+            return None;
+        }
+        let i = self.job.next.fetch_add(1, Ordering::Relaxed);
+        if i < self.job.plan.extents().len() {
+            self.job.reads_issued.fetch_add(1, Ordering::Relaxed);
+            Some(i)
+        } else {
+            None
+        }
+    }
+
+    /// Reports extent `extent`'s read: `result` is the syscall's (bytes read or the error) and
+    /// `buf` the buffer it read into. Checks for a short read, naming the first row it cut, and
+    /// copies the extent's pieces into the output.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than the bytes the result claims.
+    pub fn complete(&self, extent: usize, buf: &[u8], result: std::io::Result<usize>) {
+        let job = &*self.job;
+        let e = job.plan.extents()[extent];
+        let got = match result {
+            Ok(n) => n,
+            Err(source) => {
+                let first = job.plan.pieces(extent)[0];
+                return self.fail(Error::Io {
+                    op: Op::Read,
+                    path: job.path.to_path_buf(),
+                    offset: Some(e.offset),
+                    target: Some(job.target(first.request)),
+                    source,
+                });
+            }
+        };
+        job.bytes_read.fetch_add(got as u64, Ordering::Relaxed);
+        if got < e.needed as usize {
+            let p = job.plan.pieces(extent).iter().find(|p| (p.extent_offset + p.len) as usize > got);
+            let p = p.expect("a piece needs bytes past a short read");
+            let (offset, wanted) = job.requests[p.request as usize];
+            let file_end = e.offset + got as u64;
+            return self.fail(Error::ShortRead {
+                target: job.target(p.request),
+                offset,
+                wanted,
+                got: file_end.saturating_sub(offset),
+                path: job.path.to_path_buf(),
+            });
+        }
+        let buf = &buf[..got];
+        for p in job.plan.pieces(extent) {
+            let src = &buf[p.extent_offset as usize..(p.extent_offset + p.len) as usize];
+            // SAFETY: `out_ptr` points at a buffer with capacity `out_len` that outlives this
+            // handle; `p.out_offset + p.len <= out_len`, and no other piece of the plan writes
+            // these output bytes, so this copy races with no other access.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), job.out_ptr.0.add(p.out_offset as usize), src.len());
+            }
+        }
+        job.completed.fetch_add(1, Ordering::Release);
+    }
+
+    /// Fails the job with `err` (the first error wins); no further extents are issued.
+    pub fn fail(&self, err: Error) {
+        self.job.record_error(err);
+    }
+
+    /// Counts `rows` requests as served from resident memory (adaptive mode).
+    pub fn add_resident(&self, rows: u64) {
+        self.job.resident.fetch_add(rows, Ordering::Relaxed);
+    }
+}
+
+/// The wait for an eagerly started gather. Resolves to the gathered bytes in request order.
+///
+/// The reads were submitted when the gather call returned this future; polling only waits.
+/// Dropping it cancels the remaining reads and leaves the in-flight ones to their owners (see the
+/// module docs); the source stays fully usable.
+///
+/// # Errors
+/// The first error of the job: [`Error::Io`] naming the row and offset, [`Error::ShortRead`]
+/// naming the row, offset and file, [`Error::Panicked`] if a worker panicked, or
+/// [`Error::Abandoned`] if the backend shut down.
+#[must_use = "the reads run anyway; dropping the future discards their result"]
+pub struct GatherFuture<T> {
+    job: Option<Arc<GatherJob>>,
+    finish: fn(Bytes, &GatherJob) -> T,
+}
+
+impl<T> fmt::Debug for GatherFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatherFuture").field("job", &self.job).finish()
+    }
+}
+
+impl<T> GatherFuture<T> {
+    /// The gather's counters so far.
+    pub fn stats(&self) -> GatherStats {
+        self.job.as_ref().map(|j| j.stats()).unwrap_or_default()
+    }
+
+    /// Whether every party has finished (polling would return at once).
+    pub fn is_settled(&self) -> bool {
+        self.job.as_ref().is_none_or(|j| j.parties.load(Ordering::Acquire) == 0)
+    }
+}
+
+impl<T> Unpin for GatherFuture<T> {}
+
+impl<T> Future for GatherFuture<T> {
+    type Output = Result<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let job = self.job.as_ref().expect("GatherFuture polled after completion");
+        if job.parties.load(Ordering::Acquire) != 0 {
+            *lock(&job.waker) = Some(cx.waker().clone());
+            if job.parties.load(Ordering::Acquire) != 0 {
+                return Poll::Pending;
+            }
+        }
+        let job = self.job.take().expect("checked above");
+        let finish = self.finish;
+        Poll::Ready(job.take_output().map(|b| finish(b, &job)))
+    }
+}
+
+impl<T> Drop for GatherFuture<T> {
+    fn drop(&mut self) {
+        if let Some(job) = &self.job {
+            job.cancelled.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn whole(b: Bytes, _: &GatherJob) -> Bytes {
+    b
+}
+
+fn split(b: Bytes, job: &GatherJob) -> Vec<Bytes> {
+    let mut at = 0usize;
+    job.requests
+        .iter()
+        .map(|&(_, len)| {
+            let s = b.slice(at..at + len as usize);
+            at += len as usize;
+            s
+        })
+        .collect()
+}
+
+/// A file served by a [`ReadEngine`], gathered by byte ranges.
+#[derive(Debug, Clone)]
+pub struct Source<E> {
+    engine: E,
+    opts: PlanOptions,
+    stats: StdArc<SourceStats>,
+}
+
+/// Default read-amplification bound: two extents closer than this are read as one.
+pub const DEFAULT_MAX_GAP: u64 = 4096;
+
+impl<E: ReadEngine> Source<E> {
+    /// Wraps an engine, with the default gap bound.
+    pub fn new(engine: E) -> Source<E> {
+        let info = engine.info();
+        let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
+        Source { engine, opts, stats: StdArc::default() }
+    }
+
+    /// Sets the largest hole read to join two extents (the read-amplification bound).
+    pub fn with_max_gap(mut self, max_gap: u64) -> Source<E> {
+        self.opts.max_gap = max_gap;
+        self
+    }
+
+    /// A table of fixed-size rows over this source.
+    ///
+    /// # Errors
+    /// As [`RowTable::new`].
+    pub fn rows(self, layout: RowLayout) -> Result<RowTable<E>> {
+        RowTable::new(self, layout)
+    }
+
+    /// The plan options in force.
+    pub fn plan_options(&self) -> PlanOptions {
+        self.opts
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// The file.
+    pub fn info(&self) -> &FileInfo {
+        self.engine.info()
+    }
+
+    /// Totals over every gather of this source.
+    pub fn stats(&self) -> SourceTotals {
+        self.stats.snapshot()
+    }
+
+    /// Gathers byte ranges; the future yields one `Bytes` per range, in request order.
+    ///
+    /// The reads are submitted before this returns.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
+    /// file's length (as it was at open).
+    pub fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        self.gather_ranges_into(ranges, BytesMut::new())
+    }
+
+    /// [`gather_ranges`](Self::gather_ranges) into a caller's buffer, reused when its capacity
+    /// suffices (recover it from a result with `Bytes::try_into_mut`).
+    ///
+    /// # Errors
+    /// As [`gather_ranges`](Self::gather_ranges).
+    pub fn gather_ranges_into(&self, ranges: &[Range<u64>], out: BytesMut) -> Result<GatherFuture<Vec<Bytes>>> {
+        let info = self.engine.info();
+        let mut requests = Vec::with_capacity(ranges.len());
+        for (index, r) in ranges.iter().enumerate() {
+            let reason = if r.start > r.end {
+                Some("the range is inverted")
+            } else if r.start == r.end {
+                Some("the range is empty")
+            } else if r.end > info.len {
+                Some("the range ends past the end of the file")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Error::InvalidRange {
+                    index,
+                    start: r.start,
+                    end: r.end,
+                    reason,
+                    path: info.path.clone(),
+                });
+            }
+            requests.push((r.start, r.end - r.start));
+        }
+        self.submit(requests, Targets::Ranges, out, split)
+    }
+
+    fn submit<T>(
+        &self,
+        requests: Vec<(u64, u64)>,
+        targets: Targets,
+        mut out: BytesMut,
+        finish: fn(Bytes, &GatherJob) -> T,
+    ) -> Result<GatherFuture<T>> {
+        let started = Instant::now();
+        let plan = Plan::new(&requests, &self.opts)?;
+        out.clear();
+        out.reserve(plan.out_len() as usize);
+        let out_ptr = OutPtr(out.as_mut_ptr());
+        let job = Arc::new(GatherJob {
+            plan,
+            requests,
+            targets,
+            path: StdArc::from(self.engine.info().path.as_path()),
+            out: UnsafeCell::new(out),
+            out_ptr,
+            next: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            parties: AtomicUsize::new(1),
+            cancelled: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            waker: Mutex::new(None),
+            reads_issued: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            resident: AtomicU64::new(0),
+            started,
+            submit_ns: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+            source_stats: Some(self.stats.clone()),
+        });
+        let handle = JobHandle { job: job.clone() };
+        let span = tracing::trace_span!("gather", extents = job.plan.extents().len());
+        let _enter = span.enter();
+        if !job.plan.extents().is_empty() {
+            self.engine.submit(handle.clone());
+        }
+        job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        drop(handle);
+        Ok(GatherFuture { job: Some(job), finish })
+    }
+}
+
+/// The layout of a table of fixed-size rows in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLayout {
+    /// File offset of row 0.
+    pub base: u64,
+    /// Bytes per row.
+    pub row_size: u64,
+    /// Row count; `None` takes as many whole rows as the file holds after `base`.
+    pub rows: Option<u64>,
+}
+
+/// A table of fixed-size rows, gathered by row id.
+#[derive(Debug, Clone)]
+pub struct RowTable<E> {
+    source: Source<E>,
+    base: u64,
+    row_size: u64,
+    rows: u64,
+}
+
+impl<E: ReadEngine> RowTable<E> {
+    /// A row table over `source`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for a zero row size or a row count whose rows would end past
+    /// `u64::MAX`. A row count larger than the file allows is accepted (the file may grow); reads
+    /// past its end are short reads.
+    pub fn new(source: Source<E>, layout: RowLayout) -> Result<RowTable<E>> {
+        if layout.row_size == 0 {
+            return Err(Error::invalid_option("row_size", "rows must have at least one byte"));
+        }
+        if layout.row_size > source.opts.max_read.max(1 << 30) {
+            return Err(Error::invalid_option("row_size", format!("{} bytes is larger than 1 GiB", layout.row_size)));
+        }
+        let len = source.info().len;
+        let rows = layout.rows.unwrap_or(len.saturating_sub(layout.base) / layout.row_size);
+        if rows.checked_mul(layout.row_size).and_then(|b| b.checked_add(layout.base)).is_none() {
+            return Err(Error::invalid_option("rows", format!("{rows} rows of {} bytes overflow", layout.row_size)));
+        }
+        Ok(RowTable { source, base: layout.base, row_size: layout.row_size, rows })
+    }
+
+    /// The source underneath.
+    pub fn source(&self) -> &Source<E> {
+        &self.source
+    }
+
+    /// Row count.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes per row.
+    pub fn row_size(&self) -> u64 {
+        self.row_size
+    }
+
+    /// Totals over every gather of this table's source.
+    pub fn stats(&self) -> SourceTotals {
+        self.source.stats()
+    }
+
+    /// Gathers `rows` (any order, duplicates allowed); the future yields one `Bytes` holding the
+    /// rows back to back in request order.
+    ///
+    /// The reads are submitted before this returns; see the [module docs](self) for what
+    /// dropping the future does.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end and the row
+    /// count.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn f<E: eagerio_core::ReadEngine>(table: eagerio_core::RowTable<E>) -> eagerio_core::Result<()> {
+    /// let bytes = table.gather(&[7, 3, 7])?.await?;
+    /// assert_eq!(bytes.len() as u64, 3 * table.row_size());
+    /// # Ok(()) }
+    /// ```
+    pub fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>> {
+        self.gather_into(rows, BytesMut::new())
+    }
+
+    /// [`gather`](Self::gather) into a caller's buffer, reused when its capacity suffices
+    /// (recover it from a result with `Bytes::try_into_mut`).
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather).
+    pub fn gather_into(&self, rows: &[u64], out: BytesMut) -> Result<GatherFuture<Bytes>> {
+        let mut requests = Vec::with_capacity(rows.len());
+        for &row in rows {
+            if row >= self.rows {
+                return Err(Error::RowOutOfRange { row, rows: self.rows, path: self.source.info().path.clone() });
+            }
+            requests.push((self.base + row * self.row_size, self.row_size));
+        }
+        self.source.submit(requests, Targets::Rows(rows.to_vec()), out, whole)
+    }
+}

@@ -1,0 +1,50 @@
+//! The eager core of eagerio.
+//!
+//! eagerio's contract: **the I/O is submitted before the call returns; the future only waits.**
+//! This crate holds everything that contract needs that is not a syscall, written once and used
+//! by every backend:
+//!
+//! - [`plan`]: the pure planner that sorts, deduplicates, coalesces, aligns and splits a request
+//!   into reads, and maps every read back to its output positions;
+//! - [`staging`]: the bounded pool of aligned buffers reads land in, where every slot has one
+//!   owner and returns to the pool only once its read has completed;
+//! - [`gather`]: the job ledger shared by a [`GatherFuture`] and the backend parties serving it,
+//!   and the [`Source`] / [`RowTable`] that validate, plan and submit;
+//! - [`sink`]: the eager [`DataSink`], its offset reservation, backpressure and error ledger;
+//! - [`error`]: the one error type, with the operation, file, row and offset;
+//! - [`mem`]: an in-memory backend, the smallest complete one, which also runs under loom;
+//! - `conformance` (feature `conformance`): the suite every backend passes whole.
+//!
+//! A backend implements two small traits, [`ReadEngine`] and [`WriteEngine`].
+//!
+//! # The invariant
+//! A buffer that the kernel or a worker still owns is never reused or freed. After an error, a
+//! panic or a dropped future, in-flight reads keep their staging slots until their completion is
+//! observed; only then can a slot serve the next gather. `tests/loom_ledger.rs` model-checks it
+//! (`RUSTFLAGS="--cfg eagerio_loom" cargo test -p eagerio-core --release --test loom_ledger`).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+pub mod error;
+pub mod fault;
+pub mod gather;
+#[doc(hidden)]
+pub mod loom;
+pub mod mem;
+pub mod plan;
+pub mod sink;
+pub mod staging;
+pub mod stats;
+#[cfg(not(eagerio_loom))]
+pub mod sys;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{Error, Op, Result, Target, WriteFailure};
+pub use gather::{FileInfo, GatherFuture, JobHandle, ReadEngine, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use plan::{Extent, Piece, Plan, PlanOptions};
+pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp};
+pub use staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};
+pub use stats::{GatherStats, SourceStats, SourceTotals};

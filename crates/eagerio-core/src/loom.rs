@@ -1,0 +1,58 @@
+//! The loom shim: every atomic, `Arc`, `Mutex`, `Condvar` and `UnsafeCell` that the ledger uses is
+//! imported from here, so the code loom checks under `--cfg eagerio_loom` is the production code.
+//!
+//! With the cfg off these are the `std` types; `UnsafeCell` gets loom's closure API
+//! (`with`/`with_mut`) so that call sites are the same in both builds.
+
+#[cfg(eagerio_loom)]
+pub use loom::{
+    cell::UnsafeCell,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Condvar, Mutex, MutexGuard,
+    },
+};
+
+#[cfg(not(eagerio_loom))]
+pub use std::sync::{
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Arc, Condvar, Mutex, MutexGuard,
+};
+
+/// `std::cell::UnsafeCell` with loom's closure API.
+#[cfg(not(eagerio_loom))]
+#[derive(Debug, Default)]
+pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(eagerio_loom))]
+impl<T> UnsafeCell<T> {
+    pub const fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    #[allow(dead_code)]
+    pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// Locks a mutex, ignoring poison: the ledger's state stays consistent across a panic because
+/// every critical section is a handful of non-panicking field updates.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Waits on a condvar, ignoring poison (see [`lock`]).
+pub fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    match cv.wait(g) {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

@@ -1,0 +1,364 @@
+//! The planner: pure code that turns requested byte ranges into the reads that serve them.
+//!
+//! A request is a list of `(offset, len)` pairs whose bytes are laid out back to back, in request
+//! order, in one output buffer. The planner
+//! 1. sorts the requests by offset (duplicates become neighbours),
+//! 2. coalesces neighbours into one *extent* while the hole between them is at most
+//!    [`PlanOptions::max_gap`] bytes: an explicit bound on read amplification,
+//! 3. aligns every extent to [`PlanOptions::align`] (the device's logical block, for `O_DIRECT`),
+//! 4. splits at [`PlanOptions::max_read`], so an extent always fits one staging slot,
+//! 5. and records, for every extent, the *pieces* it serves: where in the extent the bytes are,
+//!    where in the output they go, and which request they belong to. A duplicated row is one read
+//!    and two pieces.
+//!
+//! Executing a plan is "for every extent, read `len` bytes at `offset` into a buffer and copy each
+//! piece out": [`Plan::execute_from`] does it over memory and is the reference the property tests
+//! compare against.
+
+use crate::error::{Error, Result};
+
+/// How to plan a gather.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Largest hole, in bytes, that may be read to join two neighbouring extents. `0` joins only
+    /// touching or overlapping ones. Each join reads at most this many useless bytes.
+    pub max_gap: u64,
+    /// Alignment of every extent's offset and length (a power of two; `1` for none).
+    pub align: u64,
+    /// Largest single read, a multiple of `align`. Larger requests are split.
+    pub max_read: u64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { max_gap: 4096, align: 4096, max_read: 64 * 1024 }
+    }
+}
+
+impl PlanOptions {
+    /// Checks the options, naming the first that makes no sense.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] when `align` is not a power of two, `max_read` is zero, not a
+    /// multiple of `align`, or does not fit in `u32`.
+    pub fn validate(&self) -> Result<()> {
+        if !self.align.is_power_of_two() {
+            return Err(Error::invalid_option("align", format!("{} is not a power of two", self.align)));
+        }
+        if self.max_read == 0 || self.max_read % self.align != 0 {
+            return Err(Error::invalid_option(
+                "max_read",
+                format!("{} must be a non-zero multiple of align ({})", self.max_read, self.align),
+            ));
+        }
+        if self.max_read > u32::MAX as u64 / 2 {
+            return Err(Error::invalid_option("max_read", format!("{} is larger than 2 GiB", self.max_read)));
+        }
+        Ok(())
+    }
+}
+
+/// One read of a plan: `len` bytes at file offset `offset`, serving `pieces`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// File offset, a multiple of the plan's alignment.
+    pub offset: u64,
+    /// Bytes to read, a multiple of the alignment and at most `max_read`.
+    pub len: u32,
+    /// Bytes of the extent that some piece needs; a read shorter than this is a short read.
+    pub needed: u32,
+    first_piece: u32,
+    end_piece: u32,
+}
+
+/// One copy from an extent's buffer into the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Start of the bytes within the extent.
+    pub extent_offset: u32,
+    /// Length of the copy.
+    pub len: u32,
+    /// Where they go in the output.
+    pub out_offset: u64,
+    /// Index of the request they belong to.
+    pub request: u32,
+}
+
+/// A planned gather.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    extents: Vec<Extent>,
+    pieces: Vec<Piece>,
+    out_len: u64,
+    unique: usize,
+    requests: usize,
+    useful_bytes: u64,
+}
+
+impl Plan {
+    /// Plans `requests`, each an `(offset, len)` pair with `len > 0`. Request `i`'s bytes land in
+    /// the output right after request `i - 1`'s.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for bad options; the caller validates the requests themselves
+    /// (emptiness, bounds) because only it can name them well.
+    ///
+    /// # Panics
+    /// If a request has length zero, overflows `u64`, or there are more than `u32::MAX` requests.
+    pub fn new(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<Plan> {
+        opts.validate()?;
+        assert!(requests.len() <= u32::MAX as usize, "too many requests for one plan");
+        let mut out_offsets = Vec::with_capacity(requests.len());
+        let mut out_len = 0u64;
+        for &(off, len) in requests {
+            assert!(len > 0 && off.checked_add(len).is_some(), "planner given an empty or overflowing request");
+            out_offsets.push(out_len);
+            out_len += len;
+        }
+
+        // Sort request indices by (offset, len). Packing the index with the offset in one key
+        // keeps the sort a plain integer sort for the common case of fixed-size rows.
+        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| {
+            let (off, len) = requests[i as usize];
+            (off, len)
+        });
+
+        let mut plan = Plan {
+            extents: Vec::new(),
+            pieces: Vec::with_capacity(requests.len()),
+            out_len,
+            unique: 0,
+            requests: requests.len(),
+            useful_bytes: 0,
+        };
+        let mask = opts.align - 1;
+        let down = |x: u64| x & !mask;
+        let up = |x: u64| (x + mask) & !mask;
+        let mut cur: Option<(u64, u64, usize)> = None; // (start, end, first piece)
+        let mut prev: Option<(u64, u64)> = None;
+        let mut covered = 0u64; // end of the bytes the sorted requests so far cover
+        for &i in &order {
+            let (off, len) = requests[i as usize];
+            if prev != Some((off, len)) {
+                plan.unique += 1;
+                // Useful bytes count each distinct byte once, overlaps included.
+                plan.useful_bytes += (off + len).saturating_sub(off.max(covered));
+                covered = covered.max(off + len);
+                prev = Some((off, len));
+            }
+            let end = off + len;
+            let mut pos = off;
+            let mut out = out_offsets[i as usize];
+            while pos < end {
+                let joinable = matches!(cur, Some((s, e, _)) if down(pos) <= e + opts.max_gap && pos < s + opts.max_read);
+                if !joinable {
+                    if let Some(c) = cur.take() {
+                        plan.close(c);
+                    }
+                    let s = down(pos);
+                    cur = Some((s, s, plan.pieces.len()));
+                }
+                let (s, e, first) = cur.expect("an extent is open");
+                let new_end = e.max(up(end).min(s + opts.max_read));
+                cur = Some((s, new_end, first));
+                let take = end.min(new_end) - pos;
+                plan.pieces.push(Piece {
+                    extent_offset: (pos - s) as u32,
+                    len: take as u32,
+                    out_offset: out,
+                    request: i,
+                });
+                pos += take;
+                out += take;
+            }
+        }
+        if let Some(c) = cur.take() {
+            plan.close(c);
+        }
+        Ok(plan)
+    }
+
+    fn close(&mut self, (start, end, first): (u64, u64, usize)) {
+        let pieces = &self.pieces[first..];
+        let needed = pieces.iter().map(|p| p.extent_offset + p.len).max().unwrap_or(0);
+        self.extents.push(Extent {
+            offset: start,
+            len: (end - start) as u32,
+            needed,
+            first_piece: first as u32,
+            end_piece: self.pieces.len() as u32,
+        });
+    }
+
+    /// The reads, in file order.
+    pub fn extents(&self) -> &[Extent] {
+        &self.extents
+    }
+
+    /// The pieces served by extent `extent` (an index into [`extents`](Self::extents)), in file
+    /// order.
+    pub fn pieces(&self, extent: usize) -> &[Piece] {
+        let e = &self.extents[extent];
+        &self.pieces[e.first_piece as usize..e.end_piece as usize]
+    }
+
+    /// Length of the output: the sum of the requests' lengths.
+    pub fn out_len(&self) -> u64 {
+        self.out_len
+    }
+
+    /// Number of requests planned.
+    pub fn requests(&self) -> usize {
+        self.requests
+    }
+
+    /// Number of distinct `(offset, len)` requests.
+    pub fn unique_requests(&self) -> usize {
+        self.unique
+    }
+
+    /// Bytes the extents read in total.
+    pub fn bytes_to_read(&self) -> u64 {
+        self.extents.iter().map(|e| e.len as u64).sum()
+    }
+
+    /// Distinct requested bytes (what a perfect reader would read).
+    pub fn useful_bytes(&self) -> u64 {
+        self.useful_bytes
+    }
+
+    /// Copies extent `extent`'s pieces from `buf` (the bytes read at its offset) into `out`.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than the extent's `needed` bytes or `out` shorter than the output.
+    pub fn copy_out(&self, extent: usize, buf: &[u8], out: &mut [u8]) {
+        for p in self.pieces(extent) {
+            let src = &buf[p.extent_offset as usize..(p.extent_offset + p.len) as usize];
+            out[p.out_offset as usize..p.out_offset as usize + p.len as usize].copy_from_slice(src);
+        }
+    }
+
+    /// Executes the plan over an in-memory file: the reference semantics of every backend.
+    /// Bytes past the end of `file` read as short (the extent gets what exists).
+    ///
+    /// # Panics
+    /// If a piece needs bytes past the end of `file`.
+    pub fn execute_from(&self, file: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; self.out_len as usize];
+        for (i, e) in self.extents.iter().enumerate() {
+            let start = (e.offset as usize).min(file.len());
+            let end = (e.offset as usize + e.len as usize).min(file.len());
+            self.copy_out(i, &file[start..end], &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive(file: &[u8], requests: &[(u64, u64)]) -> Vec<u8> {
+        requests
+            .iter()
+            .flat_map(|&(o, l)| file[o as usize..(o + l) as usize].iter().copied())
+            .collect()
+    }
+
+    fn opts(max_gap: u64, align: u64, max_read: u64) -> PlanOptions {
+        PlanOptions { max_gap, align, max_read }
+    }
+
+    #[test]
+    fn empty_request_is_empty_plan() {
+        let p = Plan::new(&[], &PlanOptions::default()).unwrap();
+        assert!(p.extents().is_empty());
+        assert_eq!(p.out_len(), 0);
+    }
+
+    #[test]
+    fn duplicates_are_read_once() {
+        let p = Plan::new(&[(100, 10), (100, 10), (100, 10)], &opts(0, 1, 4096)).unwrap();
+        assert_eq!(p.extents().len(), 1);
+        assert_eq!(p.pieces(0).len(), 3);
+        assert_eq!(p.unique_requests(), 1);
+        assert_eq!(p.useful_bytes(), 10);
+    }
+
+    #[test]
+    fn neighbours_within_gap_coalesce() {
+        let p = Plan::new(&[(0, 10), (20, 10)], &opts(10, 1, 4096)).unwrap();
+        assert_eq!(p.extents().len(), 1);
+        assert_eq!(p.extents()[0].len, 30);
+        let p = Plan::new(&[(0, 10), (21, 10)], &opts(10, 1, 4096)).unwrap();
+        assert_eq!(p.extents().len(), 2);
+    }
+
+    #[test]
+    fn extents_are_aligned_and_cover_needed() {
+        let p = Plan::new(&[(5000, 90)], &opts(0, 4096, 65536)).unwrap();
+        let e = p.extents()[0];
+        assert_eq!((e.offset, e.len), (4096, 4096));
+        assert_eq!(e.needed, 5000 - 4096 + 90);
+    }
+
+    #[test]
+    fn long_requests_split_at_max_read() {
+        let p = Plan::new(&[(100, 10_000)], &opts(0, 512, 4096)).unwrap();
+        assert!(p.extents().iter().all(|e| e.len <= 4096 && e.offset % 512 == 0));
+        assert_eq!(p.extents().len(), 3);
+        let file: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        assert_eq!(p.execute_from(&file), naive(&file, &[(100, 10_000)]));
+    }
+
+    #[test]
+    fn rows_in_one_block_share_a_read() {
+        let reqs: Vec<_> = (0..40).map(|r| (r * 90, 90)).collect();
+        let p = Plan::new(&reqs, &opts(0, 4096, 65536)).unwrap();
+        assert_eq!(p.extents().len(), 1);
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let e = Plan::new(&[(0, 1)], &opts(0, 3, 4096)).unwrap_err();
+        assert!(e.to_string().contains("align"), "{e}");
+        let e = Plan::new(&[(0, 1)], &opts(0, 512, 1000)).unwrap_err();
+        assert!(e.to_string().contains("max_read"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn plan_matches_naive_reference(
+            reqs in prop::collection::vec((0u64..6000, 1u64..700), 0..60),
+            gap in 0u64..2000,
+            align_pow in 0u32..13,
+            reads_per in 1u64..8,
+        ) {
+            let align = 1u64 << align_pow;
+            let max_read = align * reads_per.max((1024 / align).max(1));
+            let o = opts(gap, align, max_read);
+            let file: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+            let plan = Plan::new(&reqs, &o).unwrap();
+            prop_assert_eq!(plan.execute_from(&file), naive(&file, &reqs));
+            let mut last_end = 0;
+            for (i, e) in plan.extents().iter().enumerate() {
+                prop_assert_eq!(e.offset % align, 0);
+                prop_assert_eq!(e.len as u64 % align, 0);
+                prop_assert!(e.len as u64 <= max_read);
+                prop_assert!(e.offset >= last_end, "extents overlap");
+                prop_assert!(e.needed <= e.len);
+                last_end = e.offset + e.len as u64;
+                for p in plan.pieces(i) {
+                    prop_assert!(p.extent_offset + p.len <= e.len);
+                }
+            }
+            // Read amplification bound: every extent byte is useful, alignment padding, or a
+            // bounded gap.
+            let bound = plan.useful_bytes() + plan.unique_requests() as u64 * (gap + align) + plan.extents().len() as u64 * 2 * align;
+            prop_assert!(plan.bytes_to_read() <= bound);
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! Sinks: writes that start when they are called.
+//!
+//! # When the I/O starts
+//! [`DataSink::write_at`] and [`DataSink::append`] hand the write to the backend before they
+//! return; `append` also reserves its offset then, so concurrent appends get disjoint, contiguous
+//! offsets in call order. The returned [`WriteFuture`] only waits.
+//!
+//! # Backpressure
+//! At most [`SinkOptions::max_in_flight_bytes`] are in flight. A write that would pass the bound
+//! is queued inside the sink and started, in call order, by the completion that makes room: it
+//! still starts without being polled. A single write larger than the bound starts once nothing
+//! else is in flight. Producers that want to bound their own memory await [`DataSink::ready`]
+//! before making the next chunk.
+//!
+//! # What dropping a write's future does
+//! Nothing to the write: it runs to completion. Its outcome is kept by the sink, and a failure is
+//! reported by the next `flush`, `sync` or `close`. Nothing is lost silently.
+//!
+//! # Errors
+//! `flush`, `sync` and `close` report *every* write that failed since the last report, in one
+//! [`Error::WriteFailed`] whose failures each name the offset and length, whether or not the
+//! write's own future already reported it.
+
+use std::{
+    collections::{BTreeSet, VecDeque},
+    fmt,
+    future::Future,
+    io,
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc as StdArc,
+    task::{Context, Poll, Waker},
+};
+
+use bytes::Bytes;
+
+use crate::error::{Error, Op, Result, WriteFailure};
+use crate::loom::{lock, AtomicU64, Mutex, Ordering};
+
+/// A backend that performs a sink's writes.
+///
+/// Implementing it right is small: start the write in [`submit_write`](WriteEngine::submit_write)
+/// (write the whole buffer, retrying short writes) and call [`WriteOp::complete`] with the
+/// outcome from wherever it finishes. Dropping a `WriteOp` without completing it reports the write
+/// as abandoned, so a panicking worker cannot lose a write silently.
+pub trait WriteEngine: Sized + 'static {
+    /// The file or object written, for error messages.
+    fn path(&self) -> &Path;
+    /// Starts `op`'s write before returning.
+    fn submit_write(&self, op: WriteOp<Self>);
+    /// Starts making every completed write durable (`fdatasync`), then completes `op`.
+    fn submit_sync(&self, op: SyncOp<Self>);
+}
+
+/// Options of a sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Bound on bytes in flight (see the module docs). Default 64 MiB.
+    pub max_in_flight_bytes: usize,
+    /// Where the first `append` lands. Default 0.
+    pub append_from: u64,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions { max_in_flight_bytes: 64 << 20, append_from: 0 }
+    }
+}
+
+/// Counters of a sink.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkStats {
+    /// Writes accepted.
+    pub writes: u64,
+    /// Bytes accepted.
+    pub bytes: u64,
+    /// Writes that failed.
+    pub failed: u64,
+    /// Writes in flight now (started, not completed).
+    pub in_flight: u64,
+    /// Bytes in flight now.
+    pub in_flight_bytes: u64,
+    /// The most bytes ever in flight at once.
+    pub peak_in_flight_bytes: u64,
+    /// Writes queued behind the in-flight bound now.
+    pub queued: u64,
+}
+
+struct Waiter<T> {
+    state: Mutex<WaitState<T>>,
+}
+
+enum WaitState<T> {
+    Pending(Option<Waker>),
+    Done(T),
+    Taken,
+}
+
+impl<T> Waiter<T> {
+    fn new() -> StdArc<Waiter<T>> {
+        StdArc::new(Waiter { state: Mutex::new(WaitState::Pending(None)) })
+    }
+
+    fn done(value: T) -> StdArc<Waiter<T>> {
+        StdArc::new(Waiter { state: Mutex::new(WaitState::Done(value)) })
+    }
+
+    fn set(&self, value: T) {
+        let prev = std::mem::replace(&mut *lock(&self.state), WaitState::Done(value));
+        if let WaitState::Pending(Some(w)) = prev {
+            w.wake();
+        }
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<T> {
+        let mut g = lock(&self.state);
+        match std::mem::replace(&mut *g, WaitState::Taken) {
+            WaitState::Done(v) => Poll::Ready(v),
+            WaitState::Pending(_) => {
+                *g = WaitState::Pending(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+            WaitState::Taken => panic!("sink future polled after completion"),
+        }
+    }
+}
+
+enum BarrierKind {
+    Flush(StdArc<Waiter<Result<()>>>),
+    Sync(StdArc<Waiter<Result<()>>>),
+}
+
+struct Barrier {
+    /// Settled once every write with a sequence number below this has completed.
+    before: u64,
+    kind: BarrierKind,
+}
+
+struct State<E: WriteEngine> {
+    next_seq: u64,
+    outstanding: BTreeSet<u64>,
+    queued: VecDeque<WriteOp<E>>,
+    in_flight: u64,
+    in_flight_bytes: usize,
+    peak: usize,
+    writes: u64,
+    bytes: u64,
+    failed_total: u64,
+    failures: Vec<WriteFailure>,
+    barriers: Vec<Barrier>,
+    ready_waiters: Vec<StdArc<Waiter<()>>>,
+    closed: bool,
+}
+
+struct Inner<E: WriteEngine> {
+    engine: E,
+    path: PathBuf,
+    opts: SinkOptions,
+    next_append: AtomicU64,
+    state: Mutex<State<E>>,
+}
+
+/// The eager sink over a [`WriteEngine`]. Cloning shares it.
+pub struct Sink<E: WriteEngine> {
+    inner: StdArc<Inner<E>>,
+}
+
+impl<E: WriteEngine> Clone for Sink<E> {
+    fn clone(&self) -> Self {
+        Sink { inner: self.inner.clone() }
+    }
+}
+
+impl<E: WriteEngine> fmt::Debug for Sink<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink").field("path", &self.inner.path).field("stats", &self.stats()).finish()
+    }
+}
+
+/// A write handed to a [`WriteEngine`]: write [`data`](Self::data) at [`offset`](Self::offset),
+/// then call [`complete`](Self::complete).
+pub struct WriteOp<E: WriteEngine> {
+    seq: u64,
+    offset: u64,
+    data: Bytes,
+    waiter: StdArc<Waiter<Result<()>>>,
+    sink: Option<StdArc<Inner<E>>>,
+}
+
+impl<E: WriteEngine> fmt::Debug for WriteOp<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteOp").field("offset", &self.offset).field("len", &self.data.len()).finish()
+    }
+}
+
+impl<E: WriteEngine> WriteOp<E> {
+    /// Where to write.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// What to write.
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// Reports the write's outcome.
+    pub fn complete(mut self, result: io::Result<()>) {
+        let sink = self.sink.take().expect("a write op completes once");
+        sink.finish(&self, result);
+    }
+}
+
+impl<E: WriteEngine> Drop for WriteOp<E> {
+    fn drop(&mut self) {
+        if let Some(sink) = self.sink.take() {
+            let why = if std::thread::panicking() { "the write's worker panicked" } else { "the backend dropped the write" };
+            sink.finish(self, Err(io::Error::other(why)));
+        }
+    }
+}
+
+/// A sync handed to a [`WriteEngine`]: make the file durable, then call
+/// [`complete`](Self::complete).
+pub struct SyncOp<E: WriteEngine> {
+    waiter: Option<StdArc<Waiter<Result<()>>>>,
+    path: PathBuf,
+    _engine: std::marker::PhantomData<fn(E)>,
+}
+
+impl<E: WriteEngine> fmt::Debug for SyncOp<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncOp").field("path", &self.path).finish()
+    }
+}
+
+impl<E: WriteEngine> SyncOp<E> {
+    /// Reports the sync's outcome.
+    pub fn complete(mut self, result: io::Result<()>) {
+        let w = self.waiter.take().expect("a sync op completes once");
+        w.set(result.map_err(|source| Error::Io { op: Op::Sync, path: self.path.clone(), offset: None, target: None, source }));
+    }
+}
+
+impl<E: WriteEngine> Drop for SyncOp<E> {
+    fn drop(&mut self) {
+        if let Some(w) = self.waiter.take() {
+            w.set(Err(Error::Abandoned { op: Op::Sync, path: self.path.clone() }));
+        }
+    }
+}
+
+impl<E: WriteEngine> Inner<E> {
+    fn finish(&self, op: &WriteOp<E>, result: io::Result<()>) {
+        let len = op.data.len();
+        let outcome = match result {
+            Ok(()) => Ok(()),
+            Err(e) => Err(StdArc::new(e)),
+        };
+        let (to_start, fired) = {
+            let mut st = lock(&self.state);
+            st.outstanding.remove(&op.seq);
+            st.in_flight -= 1;
+            st.in_flight_bytes -= len;
+            if let Err(e) = &outcome {
+                st.failed_total += 1;
+                st.failures.push(WriteFailure { offset: op.offset, len, error: e.clone() });
+            }
+            let to_start = self.admit(&mut st);
+            let fired = self.fire(&mut st);
+            (to_start, fired)
+        };
+        op.waiter.set(outcome.map_err(|e| Error::Io {
+            op: Op::Write,
+            path: self.path.clone(),
+            offset: Some(op.offset),
+            target: None,
+            source: clone_io(&e),
+        }));
+        for op in to_start {
+            self.engine.submit_write(op);
+        }
+        self.run(fired);
+    }
+
+    /// Moves queued writes in flight while they fit under the bound. Returns them to start.
+    fn admit(&self, st: &mut State<E>) -> Vec<WriteOp<E>> {
+        let mut out = Vec::new();
+        while let Some(front) = st.queued.front() {
+            let len = front.data.len();
+            if st.in_flight_bytes != 0 && st.in_flight_bytes + len > self.opts.max_in_flight_bytes {
+                break;
+            }
+            st.in_flight += 1;
+            st.in_flight_bytes += len;
+            st.peak = st.peak.max(st.in_flight_bytes);
+            out.push(st.queued.pop_front().expect("front exists"));
+        }
+        out
+    }
+
+    /// Takes the barriers and ready-waiters that are now satisfied.
+    fn fire(&self, st: &mut State<E>) -> Fired {
+        let low = st.outstanding.first().copied().unwrap_or(u64::MAX);
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.barriers).into_iter().partition(|b| b.before <= low);
+        st.barriers = keep;
+        let failures = if done.is_empty() { Vec::new() } else { std::mem::take(&mut st.failures) };
+        let ready = if st.in_flight_bytes < self.opts.max_in_flight_bytes && st.queued.is_empty() {
+            std::mem::take(&mut st.ready_waiters)
+        } else {
+            Vec::new()
+        };
+        Fired { barriers: done, failures, ready }
+    }
+
+    fn run(&self, fired: Fired) {
+        let report = if fired.failures.is_empty() {
+            None
+        } else {
+            Some(Error::WriteFailed { path: self.path.clone(), failures: fired.failures })
+        };
+        for b in fired.barriers {
+            let res = match &report {
+                Some(e) => Err(e.duplicate()),
+                None => Ok(()),
+            };
+            match b.kind {
+                BarrierKind::Flush(w) => w.set(res),
+                BarrierKind::Sync(w) => match res {
+                    Err(e) => w.set(Err(e)),
+                    Ok(()) => {
+                        let op = SyncOp { waiter: Some(w), path: self.path.clone(), _engine: std::marker::PhantomData };
+                        self.engine.submit_sync(op);
+                    }
+                },
+            }
+        }
+        for w in fired.ready {
+            w.set(());
+        }
+    }
+
+    fn barrier(&self, kind: impl FnOnce(StdArc<Waiter<Result<()>>>) -> BarrierKind) -> StdArc<Waiter<Result<()>>> {
+        let w = Waiter::new();
+        let fired = {
+            let mut st = lock(&self.state);
+            let before = st.next_seq;
+            st.barriers.push(Barrier { before, kind: kind(w.clone()) });
+            self.fire(&mut st)
+        };
+        self.run(fired);
+        w
+    }
+}
+
+struct Fired {
+    barriers: Vec<Barrier>,
+    failures: Vec<WriteFailure>,
+    ready: Vec<StdArc<Waiter<()>>>,
+}
+
+fn clone_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
+impl<E: WriteEngine> Sink<E> {
+    /// A sink over `engine`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for a zero in-flight bound.
+    pub fn new(engine: E, opts: SinkOptions) -> Result<Sink<E>> {
+        if opts.max_in_flight_bytes == 0 {
+            return Err(Error::invalid_option("max_in_flight_bytes", "must be at least 1"));
+        }
+        let path = engine.path().to_path_buf();
+        Ok(Sink {
+            inner: StdArc::new(Inner {
+                engine,
+                path,
+                opts,
+                next_append: AtomicU64::new(opts.append_from),
+                state: Mutex::new(State {
+                    next_seq: 0,
+                    outstanding: BTreeSet::new(),
+                    queued: VecDeque::new(),
+                    in_flight: 0,
+                    in_flight_bytes: 0,
+                    peak: 0,
+                    writes: 0,
+                    bytes: 0,
+                    failed_total: 0,
+                    failures: Vec::new(),
+                    barriers: Vec::new(),
+                    ready_waiters: Vec::new(),
+                    closed: false,
+                }),
+            }),
+        })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &E {
+        &self.inner.engine
+    }
+
+    /// Where the next `append` will land.
+    pub fn append_offset(&self) -> u64 {
+        self.inner.next_append.load(Ordering::Relaxed)
+    }
+
+    fn start(&self, offset: u64, data: Bytes) -> WriteFuture {
+        let inner = &self.inner;
+        let waiter = Waiter::new();
+        let op = {
+            let mut st = lock(&inner.state);
+            if st.closed {
+                return WriteFuture { offset, waiter: Waiter::done(Err(Error::Closed { path: inner.path.clone() })) };
+            }
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            st.outstanding.insert(seq);
+            st.writes += 1;
+            st.bytes += data.len() as u64;
+            let op = WriteOp { seq, offset, data, waiter: waiter.clone(), sink: Some(inner.clone()) };
+            let len = op.data.len();
+            let fits = st.queued.is_empty()
+                && (st.in_flight_bytes == 0 || st.in_flight_bytes + len <= inner.opts.max_in_flight_bytes);
+            if fits {
+                st.in_flight += 1;
+                st.in_flight_bytes += len;
+                st.peak = st.peak.max(st.in_flight_bytes);
+                Some(op)
+            } else {
+                st.queued.push_back(op);
+                None
+            }
+        };
+        if let Some(op) = op {
+            inner.engine.submit_write(op);
+        }
+        WriteFuture { offset, waiter }
+    }
+}
+
+/// The eager sink interface.
+///
+/// Every call starts its work before returning; the futures only wait. See the [module
+/// docs](self) for backpressure, dropped futures and error reporting.
+pub trait DataSink {
+    /// Starts writing `data` at `offset`.
+    fn write_at(&self, offset: u64, data: Bytes) -> WriteFuture;
+    /// Reserves the next `data.len()` bytes at the append offset and starts writing them there;
+    /// [`WriteFuture::offset`] tells where.
+    fn append(&self, data: Bytes) -> WriteFuture;
+    /// Waits for every write started before this call; reports every failure since the last
+    /// report.
+    fn flush(&self) -> FlushFuture;
+    /// [`flush`](Self::flush), then makes the file durable (`fdatasync`).
+    fn sync(&self) -> FlushFuture;
+    /// Refuses further writes ([`Error::Closed`]), then [`sync`](Self::sync)s.
+    fn close(&self) -> FlushFuture;
+    /// Resolves once the in-flight bytes are under the bound and nothing is queued.
+    fn ready(&self) -> ReadyFuture;
+    /// The sink's counters.
+    fn stats(&self) -> SinkStats;
+}
+
+impl<E: WriteEngine> DataSink for Sink<E> {
+    fn write_at(&self, offset: u64, data: Bytes) -> WriteFuture {
+        self.start(offset, data)
+    }
+
+    fn append(&self, data: Bytes) -> WriteFuture {
+        let offset = self.inner.next_append.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.start(offset, data)
+    }
+
+    fn flush(&self) -> FlushFuture {
+        FlushFuture { waiter: self.inner.barrier(BarrierKind::Flush) }
+    }
+
+    fn sync(&self) -> FlushFuture {
+        FlushFuture { waiter: self.inner.barrier(BarrierKind::Sync) }
+    }
+
+    fn close(&self) -> FlushFuture {
+        lock(&self.inner.state).closed = true;
+        FlushFuture { waiter: self.inner.barrier(BarrierKind::Sync) }
+    }
+
+    fn ready(&self) -> ReadyFuture {
+        let w = Waiter::new();
+        {
+            let mut st = lock(&self.inner.state);
+            if st.in_flight_bytes < self.inner.opts.max_in_flight_bytes && st.queued.is_empty() {
+                return ReadyFuture { waiter: Waiter::done(()) };
+            }
+            st.ready_waiters.push(w.clone());
+        }
+        ReadyFuture { waiter: w }
+    }
+
+    fn stats(&self) -> SinkStats {
+        let st = lock(&self.inner.state);
+        SinkStats {
+            writes: st.writes,
+            bytes: st.bytes,
+            failed: st.failed_total,
+            in_flight: st.in_flight,
+            in_flight_bytes: st.in_flight_bytes as u64,
+            peak_in_flight_bytes: st.peak as u64,
+            queued: st.queued.len() as u64,
+        }
+    }
+}
+
+/// The wait for a started write. Resolves when the write completed.
+///
+/// # Errors
+/// [`Error::Io`] with the write's offset, or [`Error::Closed`].
+///
+/// # Cancel safety
+/// Dropping it does not cancel the write; a failure is still reported by the next flush.
+#[must_use = "the write runs anyway; flush() reports its failure if this is dropped"]
+pub struct WriteFuture {
+    offset: u64,
+    waiter: StdArc<Waiter<Result<()>>>,
+}
+
+impl fmt::Debug for WriteFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteFuture").field("offset", &self.offset).finish()
+    }
+}
+
+impl WriteFuture {
+    /// Where the write lands (for `append`, the reserved offset).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Future for WriteFuture {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.waiter.poll(cx)
+    }
+}
+
+/// The wait for a flush, sync or close.
+///
+/// # Errors
+/// [`Error::WriteFailed`] listing every failed write since the last report; for a sync or close,
+/// also [`Error::Io`] from `fdatasync`.
+#[must_use = "a flush reports the failures of earlier writes"]
+pub struct FlushFuture {
+    waiter: StdArc<Waiter<Result<()>>>,
+}
+
+impl fmt::Debug for FlushFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FlushFuture")
+    }
+}
+
+impl Future for FlushFuture {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.waiter.poll(cx)
+    }
+}
+
+/// The wait for room under the in-flight bound.
+#[must_use]
+pub struct ReadyFuture {
+    waiter: StdArc<Waiter<()>>,
+}
+
+impl fmt::Debug for ReadyFuture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReadyFuture")
+    }
+}
+
+impl Future for ReadyFuture {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.waiter.poll(cx)
+    }
+}

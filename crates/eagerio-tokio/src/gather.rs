@@ -1,0 +1,168 @@
+//! Gathers on the blocking pool.
+
+use std::{fs::File, panic::AssertUnwindSafe, path::Path, sync::Arc};
+
+use eagerio_core::{
+    error::panic_message,
+    fault::{with_hook, Hook, IoKind, IoPoint},
+    sys::{self, DirectIo},
+    Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source, Staging, DEFAULT_STAGING_BYTES,
+};
+
+/// Options of the tokio gather engine.
+#[derive(Debug, Clone)]
+pub struct TokioOptions {
+    /// Reads in flight per gather: the number of blocking workers it spawns. Default 64.
+    pub depth: usize,
+    /// Staging per source. Default 8 MiB.
+    pub staging_bytes: usize,
+    /// Largest single read and staging slot size (a multiple of 4096). Default 64 KiB.
+    pub max_read: usize,
+    /// Largest hole read to join two extents. Default 4096.
+    pub max_gap: u64,
+    /// Direct or buffered reads. Default [`DirectIo::Auto`].
+    pub direct: DirectIo,
+    /// A fault hook for tests (see [`eagerio_core::fault`]).
+    pub hook: Option<Hook>,
+}
+
+impl Default for TokioOptions {
+    fn default() -> Self {
+        TokioOptions {
+            depth: 64,
+            staging_bytes: DEFAULT_STAGING_BYTES,
+            max_read: 64 * 1024,
+            max_gap: eagerio_core::DEFAULT_MAX_GAP,
+            direct: DirectIo::Auto,
+            hook: None,
+        }
+    }
+}
+
+struct Inner {
+    file: File,
+    info: FileInfo,
+    direct: bool,
+    staging: Staging,
+    depth: usize,
+    hook: Option<Hook>,
+    rt: tokio::runtime::Handle,
+}
+
+/// Reads one file on tokio's blocking pool. Cloning shares the file and its staging.
+#[derive(Clone)]
+pub struct TokioEngine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for TokioEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokioEngine")
+            .field("path", &self.inner.info.path)
+            .field("direct", &self.inner.direct)
+            .field("depth", &self.inner.depth)
+            .field("staging", &self.inner.staging)
+            .finish()
+    }
+}
+
+impl TokioEngine {
+    /// Opens `path` for gathers (on the blocking pool).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for a zero depth or bad staging sizes; [`Error::Io`] if the
+    /// file cannot be opened; [`Error::DirectIoUnsupported`] for [`DirectIo::On`] on a
+    /// filesystem without it; [`Error::Unavailable`] outside a tokio runtime.
+    pub async fn open(path: impl AsRef<Path>, opts: TokioOptions) -> Result<Source<TokioEngine>> {
+        let path = path.as_ref().to_path_buf();
+        let p = path.clone();
+        crate::asyncify(&path, move || Self::open_blocking(&p, opts)).await
+    }
+
+    /// [`open`](Self::open), blocking the calling thread; it must be inside a tokio runtime
+    /// context.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_blocking(path: &Path, opts: TokioOptions) -> Result<Source<TokioEngine>> {
+        if opts.depth == 0 {
+            return Err(Error::invalid_option("depth", "at least one read must be in flight"));
+        }
+        let rt = crate::runtime(path)?;
+        let staging = Staging::new(opts.staging_bytes, opts.max_read)?;
+        let gf = sys::open_for_gather(path, opts.direct)?;
+        let info = FileInfo { path: path.to_path_buf(), len: gf.len, align: gf.align, max_read: opts.max_read as u64 };
+        let engine = TokioEngine {
+            inner: Arc::new(Inner {
+                file: gf.file,
+                info,
+                direct: gf.direct,
+                staging,
+                depth: opts.depth,
+                hook: opts.hook,
+                rt,
+            }),
+        };
+        Ok(Source::new(engine).with_max_gap(opts.max_gap))
+    }
+
+    /// Opens `path` as a table of fixed-size rows.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) and [`RowTable::new`].
+    pub async fn open_rows(path: impl AsRef<Path>, layout: RowLayout, opts: TokioOptions) -> Result<RowTable<TokioEngine>> {
+        RowTable::new(Self::open(path, opts).await?, layout)
+    }
+
+    /// Whether reads bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.inner.direct
+    }
+
+    /// The staging pool (full when nothing is in flight).
+    pub fn staging(&self) -> &Staging {
+        &self.inner.staging
+    }
+}
+
+impl ReadEngine for TokioEngine {
+    fn info(&self) -> &FileInfo {
+        &self.inner.info
+    }
+
+    fn submit(&self, job: JobHandle) {
+        let workers = self.inner.depth.min(job.plan().extents().len());
+        for _ in 0..workers {
+            let job = job.clone();
+            let inner = self.inner.clone();
+            // Dropping the JoinHandle detaches the worker; it owns its job handle and slots.
+            drop(self.inner.rt.spawn_blocking(move || worker(&inner, job)));
+        }
+    }
+}
+
+/// One blocking worker: refills from the job until no extent is left.
+fn worker(inner: &Inner, job: JobHandle) {
+    let align = if inner.direct { inner.info.align } else { 1 };
+    let path = inner.info.path.clone();
+    while let Some(i) = job.next_extent() {
+        let e = job.plan().extents()[i];
+        let mut slot = inner.staging.acquire_blocking();
+        // The slot lease lives in this frame: on a panic it is dropped while unwinding, after the
+        // pread returned, so a slot never goes back while a read still targets it.
+        let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let point = IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize };
+            let res = slot.with_mut(|buf| {
+                with_hook(inner.hook.as_ref(), point, || sys::pread_full(&inner.file, &mut buf[..e.len as usize], e.offset, align))
+            });
+            if let Some(h) = &inner.hook {
+                h.check(IoPoint { kind: IoKind::CopyOut, ..point });
+            }
+            slot.with(|buf| job.complete(i, buf, res));
+        }));
+        if let Err(payload) = step {
+            job.fail(Error::Panicked { op: Op::Read, path: path.clone(), message: panic_message(&*payload) });
+            return;
+        }
+    }
+}

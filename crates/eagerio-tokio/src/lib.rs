@@ -1,0 +1,71 @@
+//! eagerio's tokio backend: gathers and writes on tokio's blocking pool.
+//!
+//! # When the I/O starts
+//! [`Source::gather_ranges`](eagerio_core::Source::gather_ranges) and
+//! [`RowTable::gather`](eagerio_core::RowTable::gather) plan the request and spawn up to
+//! [`TokioOptions::depth`] blocking workers *before they return*. Each worker takes the next
+//! extent as soon as its previous one is done (the window refills as completions arrive), reads
+//! it with `pread` into a staging slot and copies the rows out. [`Sink`] writes are spawned
+//! likewise at call time.
+//!
+//! # What dropping a future does
+//! A dropped gather stops issuing extents; workers finish the `pread` they are in, release their
+//! slots, and exit. A dropped write still runs; its failure is reported by the next flush.
+//!
+//! # Direct I/O
+//! With [`DirectIo::Auto`] (the default) the file is opened with `O_DIRECT` where the filesystem
+//! allows it (alignment from `statx(STATX_DIOALIGN)`), else read buffered with
+//! `POSIX_FADV_RANDOM`.
+//!
+//! # Examples
+//! ```no_run
+//! # async fn f() -> eagerio_core::Result<()> {
+//! use eagerio_core::{DataSink, RowLayout};
+//! use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter};
+//!
+//! let table = TokioEngine::open("table.bin", TokioOptions::default()).await?
+//!     .rows(RowLayout { base: 0, row_size: 4096, rows: None })?;
+//! let rows = table.gather(&[9, 1, 9])?.await?;
+//!
+//! let sink = TokioWriter::create("out.bin", Default::default()).await?;
+//! let a = sink.append(rows.clone()); // writing now
+//! let b = sink.append(rows);         // and this one too
+//! a.await?;
+//! b.await?;
+//! sink.close().await?;
+//! # Ok(()) }
+//! ```
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod gather;
+mod sink;
+
+pub use eagerio_core::sys::DirectIo;
+pub use gather::{TokioEngine, TokioOptions};
+pub use sink::{TokioWriter, WriterOptions};
+
+use eagerio_core::{Error, Op, Result};
+
+/// The handle of the runtime the caller is on.
+fn runtime(path: &std::path::Path) -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current().map_err(|e| Error::Unavailable {
+        backend: "eagerio-tokio",
+        reason: format!("opening {path:?} needs a tokio runtime: {e}"),
+        source: None,
+    })
+}
+
+/// Runs a blocking open-like step on the blocking pool.
+async fn asyncify<T: Send + 'static>(
+    path: &std::path::Path,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let rt = runtime(path)?;
+    rt.spawn_blocking(f).await.map_err(|e| Error::Panicked {
+        op: Op::Open,
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?
+}

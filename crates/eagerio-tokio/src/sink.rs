@@ -1,0 +1,111 @@
+//! Writes on the blocking pool.
+
+use std::{fs::File, path::Path, path::PathBuf, sync::Arc};
+
+use eagerio_core::{
+    fault::{with_hook, Hook, IoKind, IoPoint},
+    sys, Error, Op, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+};
+
+/// Options of the tokio writer.
+#[derive(Debug, Clone, Default)]
+pub struct WriterOptions {
+    /// Sink options: in-flight bound, first append offset.
+    pub sink: SinkOptions,
+    /// Keep the file's contents and append after them (default: truncate).
+    pub keep: bool,
+    /// A fault or latency hook (see [`eagerio_core::fault`]).
+    pub hook: Option<Hook>,
+}
+
+struct Inner {
+    file: File,
+    path: PathBuf,
+    hook: Option<Hook>,
+    rt: tokio::runtime::Handle,
+}
+
+/// Writes one file on tokio's blocking pool; the engine of a [`Sink`].
+#[derive(Clone)]
+pub struct TokioWriter {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for TokioWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokioWriter").field("path", &self.inner.path).finish()
+    }
+}
+
+impl TokioWriter {
+    /// Creates (or opens) `path` for writing and returns its eager sink.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened for writing (a read-only file or directory);
+    /// [`Error::InvalidOptions`] for a zero in-flight bound; [`Error::Unavailable`] outside a
+    /// tokio runtime.
+    pub async fn create(path: impl AsRef<Path>, opts: WriterOptions) -> Result<Sink<TokioWriter>> {
+        let path = path.as_ref().to_path_buf();
+        let p = path.clone();
+        crate::asyncify(&path, move || Self::create_blocking(&p, opts)).await
+    }
+
+    /// [`create`](Self::create), blocking the calling thread; it must be inside a tokio runtime
+    /// context.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    pub fn create_blocking(path: &Path, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
+        let rt = crate::runtime(path)?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(!opts.keep)
+            .open(path)
+            .map_err(|source| Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source })?;
+        if opts.keep {
+            let len = file
+                .metadata()
+                .map_err(|source| Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source })?
+                .len();
+            opts.sink.append_from = opts.sink.append_from.max(len);
+        }
+        let w = TokioWriter { inner: Arc::new(Inner { file, path: path.to_path_buf(), hook: opts.hook, rt }) };
+        Sink::new(w, opts.sink)
+    }
+}
+
+impl WriteEngine for TokioWriter {
+    fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn submit_write(&self, op: WriteOp<Self>) {
+        let inner = self.inner.clone();
+        // If the worker panics, `op` is dropped while unwinding and reports the write as failed.
+        drop(self.inner.rt.spawn_blocking(move || {
+            let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len: op.data().len() };
+            let res = with_hook(inner.hook.as_ref(), point, || {
+                sys::pwrite_all(&inner.file, op.data(), op.offset()).map(|()| op.data().len())
+            });
+            let res = match res {
+                Ok(n) if n < op.data().len() => Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    format!("short write: {n} of {} bytes", op.data().len()),
+                )),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            op.complete(res);
+        }));
+    }
+
+    fn submit_sync(&self, op: SyncOp<Self>) {
+        let inner = self.inner.clone();
+        drop(self.inner.rt.spawn_blocking(move || {
+            let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
+            let res = with_hook(inner.hook.as_ref(), point, || inner.file.sync_data().map(|()| 0));
+            op.complete(res.map(|_| ()));
+        }));
+    }
+}

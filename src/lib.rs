@@ -1,0 +1,28 @@
+//! # eagerio: I/O that starts when you ask for it
+//!
+//! A **gather** reads a batch of scattered rows or byte ranges of a file: planned (sorted,
+//! deduplicated, coalesced, aligned, split) and submitted before the call returns. A **sink**
+//! starts every write at call time. The futures only wait.
+//!
+//! This facade re-exports the core ([`core`]) and one module per backend feature:
+//! - `tokio` (default): [`tokio`], reads and writes on tokio's blocking pool.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tokio")]
+//! # async fn demo() -> eagerio::Result<()> {
+//! use eagerio::RowLayout;
+//! let table = eagerio::tokio::TokioEngine::open("table.bin", Default::default()).await?.rows(RowLayout { base: 0, row_size: 90, rows: None })?;
+//! let fut = table.gather(&[42, 7, 42])?; // the reads are in flight now
+//! let rows = fut.await?;                 // 270 bytes: rows 42, 7, 42
+//! # Ok(()) }
+//! ```
+
+pub use eagerio_core as core;
+pub use eagerio_core::{
+    DataSink, Error, GatherFuture, GatherStats, Result, RowLayout, RowTable, SinkOptions, SinkStats, Source,
+    SourceTotals, Target, WriteFuture,
+};
+
+/// The tokio backend: gathers and writes on tokio's blocking pool.
+#[cfg(feature = "tokio")]
+pub use eagerio_tokio as tokio;
