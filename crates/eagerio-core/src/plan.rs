@@ -124,71 +124,80 @@ impl Plan {
             (off, len)
         });
 
-        let mut plan = Plan {
-            extents: Vec::new(),
-            pieces: Vec::with_capacity(requests.len()),
-            out_len,
-            unique: 0,
-            requests: requests.len(),
-            useful_bytes: 0,
-        };
         let mask = opts.align - 1;
         let down = |x: u64| x & !mask;
         let up = |x: u64| (x + mask) & !mask;
-        let mut cur: Option<(u64, u64, usize)> = None; // (start, end, first piece)
-        let mut prev: Option<(u64, u64)> = None;
+
+        // Phase 1: the covered intervals, joining neighbours within the gap bound, then split
+        // into aligned reads of at most `max_read`.
+        let mut spans: Vec<(u64, u64)> = Vec::new();
+        let mut unique = 0usize;
+        let mut useful = 0u64;
         let mut covered = 0u64; // end of the bytes the sorted requests so far cover
+        let mut prev: Option<(u64, u64)> = None;
         for &i in &order {
             let (off, len) = requests[i as usize];
+            let end = off + len;
             if prev != Some((off, len)) {
-                plan.unique += 1;
+                unique += 1;
                 // Useful bytes count each distinct byte once, overlaps included.
-                plan.useful_bytes += (off + len).saturating_sub(off.max(covered));
-                covered = covered.max(off + len);
+                useful += end.saturating_sub(off.max(covered));
+                covered = covered.max(end);
                 prev = Some((off, len));
             }
+            match spans.last_mut() {
+                Some((_, e)) if down(off) <= *e + opts.max_gap => *e = (*e).max(up(end)),
+                _ => spans.push((down(off), up(end))),
+            }
+        }
+        let mut extents: Vec<Extent> = Vec::with_capacity(spans.len());
+        for (s, e) in spans {
+            let mut at = s;
+            while at < e {
+                let len = (e - at).min(opts.max_read);
+                extents.push(Extent { offset: at, len: len as u32, needed: 0, first_piece: 0, end_piece: 0 });
+                at += len;
+            }
+        }
+
+        // Phase 2: cut every request into pieces at extent boundaries, in offset order, then
+        // bucket the pieces by extent (a stable counting sort keeps offset order within one).
+        let mut tagged: Vec<(u32, Piece)> = Vec::with_capacity(requests.len());
+        for &i in &order {
+            let (off, len) = requests[i as usize];
             let end = off + len;
             let mut pos = off;
             let mut out = out_offsets[i as usize];
+            let mut k = extents.partition_point(|e| e.offset + e.len as u64 <= off);
             while pos < end {
-                let joinable = matches!(cur, Some((s, e, _)) if down(pos) <= e + opts.max_gap && pos < s + opts.max_read);
-                if !joinable {
-                    if let Some(c) = cur.take() {
-                        plan.close(c);
-                    }
-                    let s = down(pos);
-                    cur = Some((s, s, plan.pieces.len()));
-                }
-                let (s, e, first) = cur.expect("an extent is open");
-                let new_end = e.max(up(end).min(s + opts.max_read));
-                cur = Some((s, new_end, first));
-                let take = end.min(new_end) - pos;
-                plan.pieces.push(Piece {
-                    extent_offset: (pos - s) as u32,
-                    len: take as u32,
-                    out_offset: out,
-                    request: i,
-                });
+                let e = &mut extents[k];
+                let take = end.min(e.offset + e.len as u64) - pos;
+                let piece = Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: i };
+                e.needed = e.needed.max(piece.extent_offset + piece.len);
+                e.end_piece += 1; // a count for now
+                tagged.push((k as u32, piece));
                 pos += take;
                 out += take;
+                k += 1;
             }
         }
-        if let Some(c) = cur.take() {
-            plan.close(c);
+        let mut fill = Vec::with_capacity(extents.len());
+        let mut acc = 0u32;
+        for e in &mut extents {
+            let n = e.end_piece;
+            e.first_piece = acc;
+            e.end_piece = acc + n;
+            fill.push(acc);
+            acc += n;
         }
-        Ok(plan)
-    }
-
-    fn close(&mut self, (start, end, first): (u64, u64, usize)) {
-        let pieces = &self.pieces[first..];
-        let needed = pieces.iter().map(|p| p.extent_offset + p.len).max().unwrap_or(0);
-        self.extents.push(Extent {
-            offset: start,
-            len: (end - start) as u32,
-            needed,
-            first_piece: first as u32,
-            end_piece: self.pieces.len() as u32,
-        });
+        let mut pieces = vec![Piece { extent_offset: 0, len: 0, out_offset: 0, request: 0 }; tagged.len()];
+        for (k, p) in tagged {
+            pieces[fill[k as usize] as usize] = p;
+            fill[k as usize] += 1;
+        }
+        // A split span can leave a read that only holds gap bytes: drop it.
+        extents.retain(|e| e.end_piece > e.first_piece);
+        Ok(Plan { extents, pieces, out_len, unique, requests: requests.len(), useful_bytes: useful })
     }
 
     /// The reads, in file order.
@@ -355,6 +364,18 @@ mod tests {
                     prop_assert!(p.extent_offset + p.len <= e.len);
                 }
             }
+            // The pieces tile the output exactly: the gather future relies on it to expose the
+            // output as initialised.
+            let mut outs: Vec<(u64, u64)> = (0..plan.extents().len())
+                .flat_map(|i| plan.pieces(i).iter().map(|p| (p.out_offset, p.len as u64)).collect::<Vec<_>>())
+                .collect();
+            outs.sort_unstable();
+            let mut at = 0;
+            for (o, l) in outs {
+                prop_assert_eq!(o, at);
+                at += l;
+            }
+            prop_assert_eq!(at, plan.out_len());
             // Read amplification bound: every extent byte is useful, alignment padding, or a
             // bounded gap.
             let bound = plan.useful_bytes() + plan.unique_requests() as u64 * (gap + align) + plan.extents().len() as u64 * 2 * align;

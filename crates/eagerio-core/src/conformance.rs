@@ -1,0 +1,377 @@
+//! The conformance suite: one set of async checks that every backend runs whole.
+//!
+//! A backend implements [`Backend`] (how to open a file for gathers and for writing, with an
+//! optional fault [`Hook`]) and expands [`conformance_suite!`](crate::conformance_suite) with it
+//! and its executor's `block_on`. Every check compares against `pread` on the same file, so the
+//! suite needs a real filesystem: it works in a fresh temporary directory.
+
+#![allow(clippy::missing_panics_doc)]
+
+use std::{
+    fs::File,
+    io::{self, Write},
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use crate::{
+    fault::{Action, Hook, IoKind},
+    DataSink, Error, ReadEngine, Result, RowLayout, Sink, SinkOptions, Source, Target, WriteEngine,
+};
+
+/// What the suite needs from a backend.
+#[allow(async_fn_in_trait)]
+pub trait Backend {
+    /// The gather engine.
+    type Engine: ReadEngine + Clone + std::fmt::Debug;
+    /// The sink engine.
+    type Writer: WriteEngine;
+    /// Opens `path` for gathers, with `hook` at the read seam.
+    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<Self::Engine>>;
+    /// Creates `path` for writing (truncating), with `hook` at the write seam.
+    async fn create(&self, path: &Path, opts: SinkOptions, hook: Option<Hook>) -> Result<Sink<Self::Writer>>;
+    /// Whether every staging slot of `source` is back in its pool.
+    fn staging_full(&self, source: &Source<Self::Engine>) -> bool;
+}
+
+/// Expands to one `#[test]` per conformance check, running each with `$block_on`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:expr, $block_on:expr) => {
+        $crate::conformance_suite!(@tests $backend, $block_on,
+            rows_roundtrip, ranges_roundtrip, edge_requests, bad_input_is_refused_before_io,
+            truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
+            sink_offsets_and_order, sink_write_error_reported, sink_flush_after_dropped_futures,
+            sink_closed_refuses_writes, sink_backpressure_bound);
+    };
+    (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                let backend = $backend;
+                ($block_on)($crate::conformance::$name(&backend));
+            }
+        )*
+    };
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("EAGERIO_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    eprintln!("conformance seed: {s} (replay with EAGERIO_SEED={s})");
+    s
+}
+
+/// A temporary file of `len` pseudo-random bytes; the directory goes when the guard drops.
+pub fn random_file(len: usize, rng: &mut impl Rng) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("table.bin");
+    let mut bytes = vec![0u8; len];
+    rng.fill(&mut bytes[..]);
+    File::create(&path).and_then(|mut f| f.write_all(&bytes)).expect("write table");
+    (dir, path, bytes)
+}
+
+fn reference_rows(file: &[u8], row_size: usize, rows: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.len() * row_size);
+    for &r in rows {
+        out.extend_from_slice(&file[r as usize * row_size..(r as usize + 1) * row_size]);
+    }
+    out
+}
+
+async fn wait_full<B: Backend>(b: &B, src: &Source<B::Engine>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !b.staging_full(src) {
+        assert!(Instant::now() < deadline, "staging did not return to full: a slot leaked");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Random tables and requests (duplicates, out of order) against `pread`, for 90 B, 4 KiB and
+/// 5000 B rows.
+pub async fn rows_roundtrip<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    for row_size in [90usize, 4096, 5000] {
+        let rows = 3000u64;
+        let (_d, path, file) = random_file(row_size * rows as usize, &mut rng);
+        let table = b.open(&path, None).await.expect("open").rows(RowLayout { base: 0, row_size: row_size as u64, rows: None }).unwrap();
+        assert_eq!(table.rows(), rows);
+        for _ in 0..8 {
+            let n = rng.gen_range(1..600);
+            let ids: Vec<u64> = (0..n).map(|_| rng.gen_range(0..rows)).collect();
+            let got = table.gather(&ids).expect("valid rows").await.expect("gather");
+            assert_eq!(&got[..], &reference_rows(&file, row_size, &ids)[..], "row size {row_size}, rows {ids:?}");
+        }
+        let s = table.stats();
+        assert!(s.reads > 0 && s.bytes_read >= s.useful_bytes, "{s:?}");
+        wait_full(b, table.source()).await;
+    }
+}
+
+/// Byte-range gathers, overlapping and out of order, with a caller's reused buffer.
+pub async fn ranges_roundtrip<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(1 << 20, &mut rng);
+    let src = b.open(&path, None).await.expect("open");
+    let mut buf = bytes::BytesMut::with_capacity(1 << 16);
+    for _ in 0..10 {
+        let ranges: Vec<_> = (0..rng.gen_range(1..50))
+            .map(|_| {
+                let s = rng.gen_range(0..file.len() as u64 - 1);
+                s..(s + rng.gen_range(1..200_000)).min(file.len() as u64)
+            })
+            .collect();
+        let got = src.gather_ranges_into(&ranges, buf).expect("valid ranges").await.expect("gather");
+        for (r, g) in ranges.iter().zip(&got) {
+            assert_eq!(&g[..], &file[r.start as usize..r.end as usize]);
+        }
+        drop(ranges);
+        let first = got.into_iter().next().unwrap_or_default();
+        buf = bytes::BytesMut::new();
+        drop(first);
+    }
+}
+
+/// The empty request, one row, the last row, every row duplicated.
+pub async fn edge_requests<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(90 * 1000 + 37, &mut rng); // a partial trailing row
+    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 90, rows: None }).unwrap();
+    assert_eq!(table.rows(), 1000);
+    assert!(table.gather(&[]).unwrap().await.unwrap().is_empty());
+    for ids in [vec![0u64], vec![999], vec![999, 0, 999], vec![5; 300]] {
+        let got = table.gather(&ids).unwrap().await.unwrap();
+        assert_eq!(&got[..], &reference_rows(&file, 90, &ids)[..], "{ids:?}");
+    }
+    let got = b.open(&path, None).await.unwrap().gather_ranges(&[(file.len() as u64 - 1)..file.len() as u64]).unwrap().await.unwrap();
+    assert_eq!(got[0][0], file[file.len() - 1]);
+}
+
+/// Bad rows, ranges and options are refused before any I/O, with clear messages, and the source
+/// keeps serving.
+pub async fn bad_input_is_refused_before_io<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 10, &mut rng);
+    let src = b.open(&path, None).await.unwrap();
+    let table = src.clone().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let e = table.gather(&[1, 10]).unwrap_err();
+    assert!(matches!(e, Error::RowOutOfRange { row: 10, rows: 10, .. }), "{e}");
+    assert!(e.to_string().contains("row 10") && e.to_string().contains("10 rows"), "{e}");
+    assert!(e.is_bad_input());
+    for (r, why) in [(5..5, "empty"), (9..3, "inverted"), (0..(file.len() as u64 + 1), "past the end")] {
+        let e = src.gather_ranges(&[0..1, r]).unwrap_err();
+        assert!(e.to_string().contains(why) && e.to_string().contains("range #1"), "{e}");
+    }
+    let e = src.clone().rows(RowLayout { base: 0, row_size: 0, rows: None }).unwrap_err();
+    assert!(e.to_string().contains("row_size"), "{e}");
+    assert_eq!(src.stats().reads, 0, "bad input must not issue reads");
+    let got = table.gather(&[9, 0]).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &[9, 0])[..]);
+    let io: io::Error = e.into();
+    assert_eq!(io.kind(), io::ErrorKind::InvalidInput);
+}
+
+/// A table whose file is cut short gives a short-read error naming the row, offset and file;
+/// the next gather on the same source is correct.
+pub async fn truncated_file_then_recovery<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let row = 5000u64;
+    let (_d, path, file) = random_file(row as usize * 400, &mut rng);
+    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: row, rows: Some(400) }).unwrap();
+    File::options().write(true).open(&path).unwrap().set_len(row * 300 + 123).unwrap();
+    let e = table.gather(&[3, 350, 7]).unwrap().await.unwrap_err();
+    match &e {
+        Error::ShortRead { target: Target::Row(300..=399), offset, path: p, .. } => {
+            assert_eq!(*offset % row, 0);
+            assert_eq!(p, &path);
+        }
+        other => panic!("expected a short read of row 350, got {other}"),
+    }
+    assert!(e.to_string().contains("row 350") && e.to_string().contains("offset 1750000"), "{e}");
+    let got = table.gather(&[3, 299, 7]).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, row as usize, &[3, 299, 7])[..]);
+    wait_full(b, table.source()).await;
+}
+
+/// An injected `EIO` names the row; later gathers are correct and staging is full again.
+pub async fn read_error_names_the_row<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 64, &mut rng);
+    let bad = 40 * 4096;
+    let hook = Hook::new(move |p| {
+        if p.kind == IoKind::Read && p.offset <= bad && bad < p.offset + p.len as u64 {
+            Action::Fail(io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Action::Proceed
+        }
+    });
+    let src = b.open(&path, Some(hook)).await.unwrap();
+    let table = src.with_max_gap(0).rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let e = table.gather(&[1, 40, 2]).unwrap().await.unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(e.to_string().contains("row 40"), "{e}");
+    let got = table.gather(&[1, 2, 63]).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &[1, 2, 63])[..]);
+    wait_full(b, table.source()).await;
+}
+
+/// Gathers dropped right after the call and mid-flight; staging returns to full and the next
+/// gathers are correct.
+pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 2048, &mut rng);
+    let hook = Hook::new(|p| {
+        if p.kind == IoKind::Read {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Action::Proceed
+    });
+    let table = b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    for round in 0..20 {
+        let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
+        let fut = table.gather(&ids).unwrap();
+        if round % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(fut);
+    }
+    let ids: Vec<u64> = (0..300).map(|_| rng.gen_range(0..2048)).collect();
+    let got = table.gather(&ids).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
+    wait_full(b, table.source()).await;
+}
+
+/// Appends get contiguous offsets in call order; `write_at` lands where asked; the file matches
+/// after close.
+pub async fn sink_offsets_and_order<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let sink = b.create(&path, SinkOptions::default(), None).await.unwrap();
+    let mut expect = Vec::new();
+    let mut futs = Vec::new();
+    for _ in 0..64 {
+        let mut chunk = vec![0u8; rng.gen_range(1..70_000)];
+        rng.fill(&mut chunk[..]);
+        let w = sink.append(Bytes::from(chunk.clone()));
+        assert_eq!(w.offset(), expect.len() as u64);
+        expect.extend_from_slice(&chunk);
+        futs.push(w);
+    }
+    let header = Bytes::from_static(b"HEAD");
+    let w = sink.write_at(0, header.clone());
+    expect[..4].copy_from_slice(&header);
+    for f in futs {
+        f.await.unwrap();
+    }
+    w.await.unwrap();
+    sink.close().await.unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), expect);
+    let s = sink.stats();
+    assert_eq!((s.writes, s.failed, s.in_flight), (65, 0, 0));
+}
+
+fn fail_write_at(offset: u64) -> Hook {
+    Hook::new(move |p| {
+        if p.kind == IoKind::Write && p.offset == offset {
+            Action::Fail(io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Action::Proceed
+        }
+    })
+}
+
+/// A failed write reports its offset from its future and again from the flush.
+pub async fn sink_write_error_reported<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let sink = b.create(&path, SinkOptions::default(), Some(fail_write_at(100))).await.unwrap();
+    let a = sink.append(Bytes::from(vec![1u8; 100]));
+    let bad = sink.append(Bytes::from(vec![2u8; 50]));
+    a.await.unwrap();
+    let e = bad.await.unwrap_err();
+    assert!(e.to_string().contains("offset 100"), "{e}");
+    match sink.flush().await.unwrap_err() {
+        Error::WriteFailed { failures, .. } => {
+            assert_eq!(failures.len(), 1);
+            assert_eq!((failures[0].offset, failures[0].len), (100, 50));
+        }
+        other => panic!("expected WriteFailed, got {other}"),
+    }
+    sink.flush().await.expect("failures are reported once");
+}
+
+/// Failures of writes whose futures were dropped are reported by the flush, every one.
+pub async fn sink_flush_after_dropped_futures<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let hook = Hook::new(|p| {
+        if p.kind == IoKind::Write && (p.offset / 1000) % 3 == 1 {
+            Action::Fail(io::Error::from_raw_os_error(libc::ENOSPC))
+        } else {
+            Action::Proceed
+        }
+    });
+    let sink = b.create(&path, SinkOptions::default(), Some(hook)).await.unwrap();
+    for i in 0..30u8 {
+        drop(sink.append(Bytes::from(vec![i; 1000])));
+    }
+    match sink.flush().await.unwrap_err() {
+        Error::WriteFailed { mut failures, .. } => {
+            failures.sort_by_key(|f| f.offset);
+            let offsets: Vec<u64> = failures.iter().map(|f| f.offset).collect();
+            let expected: Vec<u64> = (0..30).filter(|i| i % 3 == 1).map(|i| i * 1000).collect();
+            assert_eq!(offsets, expected);
+            assert!(failures.iter().all(|f| f.error.raw_os_error() == Some(libc::ENOSPC)));
+        }
+        other => panic!("expected WriteFailed, got {other}"),
+    }
+    let on_disk = std::fs::read(&path).unwrap();
+    for i in (0..30usize).filter(|i| i % 3 != 1) {
+        assert!(on_disk[i * 1000..(i + 1) * 1000].iter().all(|&x| x == i as u8), "acknowledged write {i} intact");
+    }
+}
+
+/// After `close`, writes fail with [`Error::Closed`].
+pub async fn sink_closed_refuses_writes<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let sink = b.create(&path, SinkOptions::default(), None).await.unwrap();
+    sink.append(Bytes::from_static(b"abc")).await.unwrap();
+    sink.close().await.unwrap();
+    assert!(matches!(sink.append(Bytes::from_static(b"x")).await, Err(Error::Closed { .. })));
+}
+
+/// In-flight bytes never pass the bound; queued writes still complete without being awaited.
+pub async fn sink_backpressure_bound<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let hook = Hook::write_latency(Duration::from_millis(2));
+    let opts = SinkOptions { max_in_flight_bytes: 64 * 1024, append_from: 0 };
+    let sink = b.create(&path, opts, Some(hook)).await.unwrap();
+    for i in 0..40u8 {
+        drop(sink.append(Bytes::from(vec![i; 16 * 1024])));
+        assert!(sink.stats().in_flight_bytes <= 64 * 1024);
+    }
+    assert!(sink.stats().queued > 0, "the bound must have queued writes");
+    sink.ready().await;
+    sink.flush().await.unwrap();
+    let s = sink.stats();
+    assert!(s.peak_in_flight_bytes <= 64 * 1024, "{s:?}");
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len(), 40 * 16 * 1024);
+    assert!(on_disk.chunks(16 * 1024).enumerate().all(|(i, c)| c.iter().all(|&x| x == i as u8)));
+}
+
+#[doc(hidden)]
+pub fn pread_reference(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    File::open(path).unwrap().read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
