@@ -149,7 +149,7 @@ pub async fn edge_requests<B: Backend>(b: &B) {
         let got = table.gather(&ids).unwrap().await.unwrap();
         assert_eq!(&got[..], &reference_rows(&file, 90, &ids)[..], "{ids:?}");
     }
-    let got = b.open(&path, None).await.unwrap().gather_ranges(&[(file.len() as u64 - 1)..file.len() as u64]).unwrap().await.unwrap();
+    let got = b.open(&path, None).await.unwrap().gather_ranges(&[std::ops::Range { start: file.len() as u64 - 1, end: file.len() as u64 }]).unwrap().await.unwrap();
     assert_eq!(got[0][0], file[file.len() - 1]);
 }
 
@@ -164,7 +164,9 @@ pub async fn bad_input_is_refused_before_io<B: Backend>(b: &B) {
     assert!(matches!(e, Error::RowOutOfRange { row: 10, rows: 10, .. }), "{e}");
     assert!(e.to_string().contains("row 10") && e.to_string().contains("10 rows"), "{e}");
     assert!(e.is_bad_input());
-    for (r, why) in [(5..5, "empty"), (9..3, "inverted"), (0..(file.len() as u64 + 1), "past the end")] {
+    #[allow(clippy::reversed_empty_ranges)]
+    let bad = [(5..5, "empty"), (9..3, "inverted"), (0..(file.len() as u64 + 1), "past the end")];
+    for (r, why) in bad {
         let e = src.gather_ranges(&[0..1, r]).unwrap_err();
         assert!(e.to_string().contains(why) && e.to_string().contains("range #1"), "{e}");
     }

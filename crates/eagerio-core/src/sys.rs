@@ -9,7 +9,6 @@ use std::{
     fs::File,
     io,
     os::unix::{
-        ffi::OsStrExt,
         fs::{FileExt, OpenOptionsExt},
         io::AsRawFd,
     },
@@ -166,12 +165,4 @@ pub fn pread_full(file: &File, buf: &mut [u8], offset: u64, direct_align: u64) -
 /// The first `pwrite` error, or `WriteZero` if the kernel accepts nothing.
 pub fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
     file.write_all_at(data, offset)
-}
-
-/// The path as a C string, for syscalls that take one.
-///
-/// # Errors
-/// `InvalidInput` if the path holds a NUL byte.
-pub fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
-    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }

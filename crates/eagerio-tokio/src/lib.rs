@@ -5,7 +5,7 @@
 //! [`RowTable::gather`](eagerio_core::RowTable::gather) plan the request and spawn up to
 //! [`TokioOptions::depth`] blocking workers *before they return*. Each worker takes the next
 //! extent as soon as its previous one is done (the window refills as completions arrive), reads
-//! it with `pread` into a staging slot and copies the rows out. [`Sink`] writes are spawned
+//! it with `pread` into a staging slot and copies the rows out. [`eagerio_core::Sink`] writes are spawned
 //! likewise at call time.
 //!
 //! # What dropping a future does
