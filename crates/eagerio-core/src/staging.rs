@@ -143,6 +143,25 @@ impl Staging {
         (self.inner.region.ptr.as_ptr(), self.inner.region.layout.size())
     }
 
+    /// Runs `f` on slot `idx`'s bytes as the party a lease handed the slot to (a kernel or a
+    /// worker writing into it), through the slot's tracked cell. Exists so loom models can show
+    /// that a kernel write racing a reused slot is caught.
+    ///
+    /// # Safety
+    /// A lease of slot `idx` must be alive for the whole call and must not be used meanwhile.
+    #[doc(hidden)]
+    pub unsafe fn access_as_owner<R>(&self, idx: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        assert!(idx < self.inner.slots, "slot {idx} out of range");
+        // SAFETY: `idx < slots`, so the offset stays inside the region's allocation.
+        let ptr = unsafe { self.inner.region.ptr.as_ptr().add(idx * self.inner.slot_size) };
+        let len = self.inner.slot_size;
+        self.inner.cells[idx].with_mut(|_| {
+            // SAFETY: the caller guarantees a live, unused lease of this slot, so this is the
+            // slot's only access.
+            f(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+        })
+    }
+
     /// Takes a free slot, if any.
     pub fn try_acquire(&self) -> Option<SlotLease> {
         let idx = lock(&self.inner.free).free.pop()?;
