@@ -1,0 +1,345 @@
+//! The main demo: random-row gathers from a table file, eagerio's tokio backend against
+//! `mmap` + `memcpy` and serial `pread`, cold (page cache evicted before every timed gather)
+//! and warm (after one untimed pass over the same ids).
+//!
+//! ```text
+//! cargo run --release --example demo            # 1 GiB table
+//! EAGERIO_DEMO_MB=256 cargo run --release --example demo
+//! ```
+//!
+//! Every method's output is checked against a reference before its time counts: the bytes the
+//! table was written with, regenerated from the fill function (and cross-checked against
+//! `pread`). A mismatch prints `FAILED` instead of a time.
+
+use std::{
+    fs::File,
+    io::Write,
+    os::unix::fs::FileExt,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use eagerio::tokio::{TokioEngine, TokioOptions};
+use eagerio::RowLayout;
+
+/// Rows gathered per timed run.
+const ROWS: usize = 40_000;
+/// Timed runs per cell (the median is reported).
+const RUNS: usize = 3;
+/// Row sizes compared.
+const ROW_SIZES: [u64; 2] = [90, 4096];
+/// A baseline cold run slower than this makes its remaining runs use fewer rows.
+const SLOW_RUN: Duration = Duration::from_secs(6);
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// splitmix64: the fill function and the id generator.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The 8-byte word the table holds at word index `w` (file offset `8 * w`).
+fn word(w: u64) -> u64 {
+    mix(w ^ 0x5EED_7AB1_E000_0000)
+}
+
+/// Appends the file's bytes `[off, off + len)` as written by [`fill`].
+fn expected_into(out: &mut Vec<u8>, off: u64, len: u64) {
+    let end = off + len;
+    let mut p = off;
+    while p < end {
+        let w = p / 8;
+        let bytes = word(w).to_le_bytes();
+        let from = (p - w * 8) as usize;
+        let to = ((end - w * 8).min(8)) as usize;
+        out.extend_from_slice(&bytes[from..to]);
+        p = w * 8 + to as u64;
+    }
+}
+
+fn reference(ids: &[u64], row_size: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ids.len() * row_size as usize);
+    for &id in ids {
+        expected_into(&mut out, id * row_size, row_size);
+    }
+    out
+}
+
+/// Writes `size` bytes of pseudo-random words.
+fn fill(path: &Path, size: u64) -> std::io::Result<()> {
+    const CHUNK: usize = 8 << 20;
+    let mut f = File::create(path)?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(CHUNK as u64) as usize;
+        let w0 = off / 8;
+        for (i, c) in buf[..n].chunks_mut(8).enumerate() {
+            let b = word(w0 + i as u64).to_le_bytes();
+            c.copy_from_slice(&b[..c.len()]);
+        }
+        f.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    f.sync_all()
+}
+
+/// Seeded ids, drawn with replacement.
+fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
+    let mut s = mix(seed);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            // Multiply-shift: unbiased enough for a benchmark, no modulo cost.
+            ((mix(s) as u128 * rows as u128) >> 64) as u64
+        })
+        .collect()
+}
+
+fn gather_mmap(map: &[u8], ids: &[u64], row_size: u64) -> Vec<u8> {
+    let rs = row_size as usize;
+    let mut out = Vec::with_capacity(ids.len() * rs);
+    for &id in ids {
+        let o = id as usize * rs;
+        out.extend_from_slice(&map[o..o + rs]);
+    }
+    out
+}
+
+fn gather_pread(file: &File, ids: &[u64], row_size: u64) -> std::io::Result<Vec<u8>> {
+    let rs = row_size as usize;
+    let mut out = vec![0u8; ids.len() * rs];
+    for (chunk, &id) in out.chunks_exact_mut(rs).zip(ids) {
+        file.read_exact_at(chunk, id * row_size)?;
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Method {
+    Eager,
+    Mmap,
+    Pread,
+}
+
+impl Method {
+    const ALL: [Method; 3] = [Method::Eager, Method::Mmap, Method::Pread];
+    fn name(self) -> &'static str {
+        match self {
+            Method::Eager => "eagerio tokio",
+            Method::Mmap => "mmap + memcpy",
+            Method::Pread => "serial pread",
+        }
+    }
+}
+
+/// One cell's timed runs: (elapsed, rows) of each verified run; `failed` if any differed.
+#[derive(Default)]
+struct Cell {
+    runs: Vec<(Duration, usize)>,
+    failed: bool,
+    reduced: Option<usize>,
+}
+
+impl Cell {
+    /// Median run (by rows/s; equal row counts make it the median time).
+    fn median(&self) -> Option<(Duration, usize)> {
+        let mut r = self.runs.clone();
+        r.sort_by(|a, b| (a.0.as_secs_f64() / a.1 as f64).total_cmp(&(b.0.as_secs_f64() / b.1 as f64)));
+        r.get(r.len() / 2).copied()
+    }
+}
+
+struct Ctx<'a> {
+    path: &'a Path,
+    file: File,
+    table: eagerio::RowTable<TokioEngine>,
+    row_size: u64,
+}
+
+impl Ctx<'_> {
+    /// Runs `m` over `ids` once, returning the elapsed time and the output.
+    async fn run(&self, m: Method, ids: &[u64], cold: bool) -> AnyResult<(Duration, Vec<u8>)> {
+        let rs = self.row_size;
+        Ok(match m {
+            Method::Eager => {
+                if cold {
+                    eagerio::core::sys::evict(self.path)?;
+                } else {
+                    self.table.gather(ids)?.await?;
+                }
+                let t = Instant::now();
+                let out = self.table.gather(ids)?.await?;
+                let el = t.elapsed();
+                (el, out.to_vec())
+            }
+            Method::Mmap => {
+                // A fresh mapping per run: pages mapped by an earlier one could not be evicted.
+                if cold {
+                    eagerio::core::sys::evict(self.path)?;
+                }
+                // SAFETY: the demo owns the file and nothing truncates it while mapped.
+                let map = unsafe { memmap2::Mmap::map(&self.file)? };
+                if !cold {
+                    std::hint::black_box(gather_mmap(&map, ids, rs));
+                }
+                let t = Instant::now();
+                let out = gather_mmap(&map, ids, rs);
+                (t.elapsed(), out)
+            }
+            Method::Pread => {
+                if cold {
+                    eagerio::core::sys::evict(self.path)?;
+                } else {
+                    std::hint::black_box(gather_pread(&self.file, ids, rs)?);
+                }
+                let t = Instant::now();
+                let out = gather_pread(&self.file, ids, rs)?;
+                (t.elapsed(), out)
+            }
+        })
+    }
+}
+
+fn main() -> AnyResult<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(demo())
+}
+
+async fn demo() -> AnyResult<()> {
+    let started = Instant::now();
+    let mb: u64 = match std::env::var("EAGERIO_DEMO_MB") {
+        Ok(s) => s.trim().parse().map_err(|e| format!("EAGERIO_DEMO_MB={s:?}: {e}"))?,
+        Err(_) => 1024,
+    };
+    let size = mb << 20;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("table.bin");
+
+    let t = Instant::now();
+    fill(&path, size)?;
+    println!("table: {} ({mb} MiB) written and synced in {:.2} s", path.display(), t.elapsed().as_secs_f64());
+
+    let mut cells: Vec<(u64, bool, Method, Cell)> = Vec::new();
+    let mut stats_lines = Vec::new();
+    let mut notes = Vec::new();
+
+    for &row_size in &ROW_SIZES {
+        let table = TokioEngine::open(&path, TokioOptions::default())
+            .await?
+            .rows(RowLayout { base: 0, row_size, rows: None })?;
+        let ctx = Ctx { path: &path, file: File::open(&path)?, table, row_size };
+        let rows = ctx.table.rows();
+        if row_size == ROW_SIZES[0] {
+            let e = ctx.table.source().engine();
+            println!(
+                "eagerio tokio engine: O_DIRECT = {} (alignment {} B); its \"warm\" runs therefore still read the device",
+                e.is_direct(),
+                ctx.table.source().info().align
+            );
+        }
+        println!("row size {row_size} B: {rows} rows in the table");
+
+        for cold in [true, false] {
+            let mut cell: Vec<Cell> = Method::ALL.iter().map(|_| Cell::default()).collect();
+            for run in 0..RUNS {
+                let seed = row_size * 1_000 + u64::from(cold) * 100 + run as u64;
+                for (mi, &m) in Method::ALL.iter().enumerate() {
+                    let n = cell[mi].reduced.unwrap_or(ROWS);
+                    let ids = ids(seed, n, rows);
+                    let want = reference(&ids, row_size);
+                    let before = ctx.table.stats();
+                    let (el, out) = ctx.run(m, &ids, cold).await?;
+                    let after = ctx.table.stats();
+                    if out != want {
+                        cell[mi].failed = true;
+                        let first = out.iter().zip(&want).position(|(a, b)| a != b);
+                        notes.push(format!(
+                            "MISMATCH: {} row {row_size} B {} run {run}: len {} vs {}, first differing byte {first:?}",
+                            m.name(),
+                            if cold { "cold" } else { "warm" },
+                            out.len(),
+                            want.len()
+                        ));
+                        continue;
+                    }
+                    if m == Method::Eager && cold && run == 0 {
+                        let reads = after.reads - before.reads;
+                        let read = after.bytes_read - before.bytes_read;
+                        let useful = after.useful_bytes - before.useful_bytes;
+                        let unique = after.unique - before.unique;
+                        stats_lines.push(format!(
+                            "eagerio GatherStats, {row_size} B rows, cold run 0: {} requested, {unique} unique, \
+                             {reads} reads issued, {:.1} MiB read for {:.1} MiB useful ({:.2}x), submit {:.2} ms, wait {:.2} ms",
+                            after.requested - before.requested,
+                            read as f64 / (1u64 << 20) as f64,
+                            useful as f64 / (1u64 << 20) as f64,
+                            read as f64 / useful.max(1) as f64,
+                            (after.submit - before.submit).as_secs_f64() * 1e3,
+                            (after.wait - before.wait).as_secs_f64() * 1e3,
+                        ));
+                    }
+                    cell[mi].runs.push((el, n));
+                    if cold && m != Method::Eager && cell[mi].reduced.is_none() && el > SLOW_RUN {
+                        let fewer = ((ROWS as f64 * SLOW_RUN.as_secs_f64() / 2.0 / el.as_secs_f64()) as usize).max(1000);
+                        cell[mi].reduced = Some(fewer);
+                        notes.push(format!(
+                            "{} {row_size} B cold took {:.1} s for {ROWS} rows; its remaining runs use {fewer} rows",
+                            m.name(),
+                            el.as_secs_f64()
+                        ));
+                    }
+                }
+            }
+            for (m, c) in Method::ALL.iter().zip(cell) {
+                cells.push((row_size, cold, *m, c));
+            }
+        }
+    }
+
+    println!();
+    println!(
+        "{ROWS} random row ids per run (drawn with replacement, fresh per run), median of {RUNS} runs; \
+         cold = page cache evicted (POSIX_FADV_DONTNEED) before every timed gather"
+    );
+    println!();
+    println!("| row size | cache | method | median ms | rows/s | vs mmap |");
+    println!("|---:|---|---|---:|---:|---:|");
+    for &(row_size, cold, m, ref c) in &cells {
+        let mmap = cells
+            .iter()
+            .find(|x| x.0 == row_size && x.1 == cold && x.2 == Method::Mmap)
+            .and_then(|x| if x.3.failed { None } else { x.3.median() });
+        let cache = if cold { "cold" } else { "warm" };
+        match c.median() {
+            Some((d, n)) if !c.failed => {
+                let rps = n as f64 / d.as_secs_f64();
+                let ratio = mmap
+                    .map(|(md, mn)| format!("{:.2}x", rps / (mn as f64 / md.as_secs_f64())))
+                    .unwrap_or_else(|| "n/a".into());
+                let rows_note = if n != ROWS { format!(" ({n} rows)") } else { String::new() };
+                println!(
+                    "| {row_size} B | {cache} | {}{rows_note} | {:.1} | {:.0} | {ratio} |",
+                    m.name(),
+                    d.as_secs_f64() * 1e3,
+                    rps
+                );
+            }
+            _ => println!("| {row_size} B | {cache} | {} | FAILED | FAILED | FAILED |", m.name()),
+        }
+    }
+    println!();
+    println!("vs mmap = rows/s relative to mmap + memcpy in the same cell (above 1 is faster).");
+    for l in &stats_lines {
+        println!("{l}");
+    }
+    for n in &notes {
+        println!("{n}");
+    }
+    drop(dir);
+    println!("temp dir removed; total {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
