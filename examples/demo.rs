@@ -228,9 +228,11 @@ async fn demo() -> AnyResult<()> {
     let mut notes = Vec::new();
 
     for &row_size in &ROW_SIZES {
-        let table = TokioEngine::open(&path, TokioOptions::default())
-            .await?
-            .rows(RowLayout { base: 0, row_size, rows: None })?;
+        let table = TokioEngine::open(&path, TokioOptions::default()).await?.rows(RowLayout {
+            base: 0,
+            row_size,
+            rows: None,
+        })?;
         let ctx = Ctx { path: &path, file: File::open(&path)?, table, row_size };
         let rows = ctx.table.rows();
         if row_size == ROW_SIZES[0] {
@@ -284,7 +286,8 @@ async fn demo() -> AnyResult<()> {
                     }
                     cell[mi].runs.push((el, n));
                     if cold && m != Method::Eager && cell[mi].reduced.is_none() && el > SLOW_RUN {
-                        let fewer = ((ROWS as f64 * SLOW_RUN.as_secs_f64() / 2.0 / el.as_secs_f64()) as usize).max(1000);
+                        let fewer =
+                            ((ROWS as f64 * SLOW_RUN.as_secs_f64() / 2.0 / el.as_secs_f64()) as usize).max(1000);
                         cell[mi].reduced = Some(fewer);
                         notes.push(format!(
                             "{} {row_size} B cold took {:.1} s for {ROWS} rows; its remaining runs use {fewer} rows",
@@ -309,10 +312,13 @@ async fn demo() -> AnyResult<()> {
     println!("| row size | cache | method | median ms | rows/s | vs mmap |");
     println!("|---:|---|---|---:|---:|---:|");
     for &(row_size, cold, m, ref c) in &cells {
-        let mmap = cells
-            .iter()
-            .find(|x| x.0 == row_size && x.1 == cold && x.2 == Method::Mmap)
-            .and_then(|x| if x.3.failed { None } else { x.3.median() });
+        let mmap = cells.iter().find(|x| x.0 == row_size && x.1 == cold && x.2 == Method::Mmap).and_then(|x| {
+            if x.3.failed {
+                None
+            } else {
+                x.3.median()
+            }
+        });
         let cache = if cold { "cold" } else { "warm" };
         match c.median() {
             Some((d, n)) if !c.failed => {

@@ -100,7 +100,12 @@ pub async fn rows_roundtrip<B: Backend>(b: &B) {
     for row_size in [90usize, 4096, 5000] {
         let rows = 3000u64;
         let (_d, path, file) = random_file(row_size * rows as usize, &mut rng);
-        let table = b.open(&path, None).await.expect("open").rows(RowLayout { base: 0, row_size: row_size as u64, rows: None }).unwrap();
+        let table = b
+            .open(&path, None)
+            .await
+            .expect("open")
+            .rows(RowLayout { base: 0, row_size: row_size as u64, rows: None })
+            .unwrap();
         assert_eq!(table.rows(), rows);
         for _ in 0..8 {
             let n = rng.gen_range(1..600);
@@ -149,7 +154,14 @@ pub async fn edge_requests<B: Backend>(b: &B) {
         let got = table.gather(&ids).unwrap().await.unwrap();
         assert_eq!(&got[..], &reference_rows(&file, 90, &ids)[..], "{ids:?}");
     }
-    let got = b.open(&path, None).await.unwrap().gather_ranges(&[std::ops::Range { start: file.len() as u64 - 1, end: file.len() as u64 }]).unwrap().await.unwrap();
+    let got = b
+        .open(&path, None)
+        .await
+        .unwrap()
+        .gather_ranges(&[std::ops::Range { start: file.len() as u64 - 1, end: file.len() as u64 }])
+        .unwrap()
+        .await
+        .unwrap();
     assert_eq!(got[0][0], file[file.len() - 1]);
 }
 
@@ -234,7 +246,8 @@ pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
         }
         Action::Proceed
     });
-    let table = b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let table =
+        b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     for round in 0..20 {
         let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
         let fut = table.gather(&ids).unwrap();

@@ -244,39 +244,33 @@ impl Error {
             }
         }
         match self {
-            Error::RowOutOfRange { row, rows, path } => Error::RowOutOfRange { row: *row, rows: *rows, path: path.clone() },
-            Error::InvalidRange { index, start, end, reason, path } => Error::InvalidRange {
-                index: *index,
-                start: *start,
-                end: *end,
-                reason,
-                path: path.clone(),
-            },
+            Error::RowOutOfRange { row, rows, path } => {
+                Error::RowOutOfRange { row: *row, rows: *rows, path: path.clone() }
+            }
+            Error::InvalidRange { index, start, end, reason, path } => {
+                Error::InvalidRange { index: *index, start: *start, end: *end, reason, path: path.clone() }
+            }
             Error::InvalidOptions { option, reason } => Error::InvalidOptions { option, reason: reason.clone() },
-            Error::DirectIoUnsupported { path, source } => Error::DirectIoUnsupported { path: path.clone(), source: dup(source) },
-            Error::ShortRead { target, offset, wanted, got, path } => Error::ShortRead {
-                target: *target,
-                offset: *offset,
-                wanted: *wanted,
-                got: *got,
-                path: path.clone(),
-            },
-            Error::Io { op, path, offset, target, source } => Error::Io {
-                op: *op,
-                path: path.clone(),
-                offset: *offset,
-                target: *target,
-                source: dup(source),
-            },
-            Error::WriteFailed { path, failures } => Error::WriteFailed { path: path.clone(), failures: failures.clone() },
-            Error::Panicked { op, path, message } => Error::Panicked { op: *op, path: path.clone(), message: message.clone() },
+            Error::DirectIoUnsupported { path, source } => {
+                Error::DirectIoUnsupported { path: path.clone(), source: dup(source) }
+            }
+            Error::ShortRead { target, offset, wanted, got, path } => {
+                Error::ShortRead { target: *target, offset: *offset, wanted: *wanted, got: *got, path: path.clone() }
+            }
+            Error::Io { op, path, offset, target, source } => {
+                Error::Io { op: *op, path: path.clone(), offset: *offset, target: *target, source: dup(source) }
+            }
+            Error::WriteFailed { path, failures } => {
+                Error::WriteFailed { path: path.clone(), failures: failures.clone() }
+            }
+            Error::Panicked { op, path, message } => {
+                Error::Panicked { op: *op, path: path.clone(), message: message.clone() }
+            }
             Error::Abandoned { op, path } => Error::Abandoned { op: *op, path: path.clone() },
             Error::Closed { path } => Error::Closed { path: path.clone() },
-            Error::Unavailable { backend, reason, source } => Error::Unavailable {
-                backend,
-                reason: reason.clone(),
-                source: source.as_ref().map(dup),
-            },
+            Error::Unavailable { backend, reason, source } => {
+                Error::Unavailable { backend, reason: reason.clone(), source: source.as_ref().map(dup) }
+            }
         }
     }
 

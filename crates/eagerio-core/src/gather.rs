@@ -472,13 +472,7 @@ impl<E: ReadEngine> Source<E> {
                 None
             };
             if let Some(reason) = reason {
-                return Err(Error::InvalidRange {
-                    index,
-                    start: r.start,
-                    end: r.end,
-                    reason,
-                    path: info.path.clone(),
-                });
+                return Err(Error::InvalidRange { index, start: r.start, end: r.end, reason, path: info.path.clone() });
             }
             requests.push((r.start, r.end - r.start));
         }

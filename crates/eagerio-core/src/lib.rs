@@ -45,6 +45,8 @@ pub mod conformance;
 pub use error::{Error, Op, Result, Target, WriteFailure};
 pub use gather::{FileInfo, GatherFuture, JobHandle, ReadEngine, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
 pub use plan::{Extent, Piece, Plan, PlanOptions};
-pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp};
+pub use sink::{
+    DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp,
+};
 pub use staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};
 pub use stats::{GatherStats, SourceStats, SourceTotals};

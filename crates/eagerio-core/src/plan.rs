@@ -172,7 +172,8 @@ impl Plan {
             while pos < end {
                 let e = &mut extents[k];
                 let take = end.min(e.offset + e.len as u64) - pos;
-                let piece = Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: i };
+                let piece =
+                    Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: i };
                 e.needed = e.needed.max(piece.extent_offset + piece.len);
                 e.end_piece += 1; // a count for now
                 tagged.push((k as u32, piece));
@@ -270,10 +271,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn naive(file: &[u8], requests: &[(u64, u64)]) -> Vec<u8> {
-        requests
-            .iter()
-            .flat_map(|&(o, l)| file[o as usize..(o + l) as usize].iter().copied())
-            .collect()
+        requests.iter().flat_map(|&(o, l)| file[o as usize..(o + l) as usize].iter().copied()).collect()
     }
 
     fn opts(max_gap: u64, align: u64, max_read: u64) -> PlanOptions {

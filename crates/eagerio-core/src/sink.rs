@@ -214,7 +214,8 @@ impl<E: WriteEngine> WriteOp<E> {
 impl<E: WriteEngine> Drop for WriteOp<E> {
     fn drop(&mut self) {
         if let Some(sink) = self.sink.take() {
-            let why = if std::thread::panicking() { "the write's worker panicked" } else { "the backend dropped the write" };
+            let why =
+                if std::thread::panicking() { "the write's worker panicked" } else { "the backend dropped the write" };
             sink.finish(self, Err(io::Error::other(why)));
         }
     }
@@ -238,7 +239,13 @@ impl<E: WriteEngine> SyncOp<E> {
     /// Reports the sync's outcome.
     pub fn complete(mut self, result: io::Result<()>) {
         let w = self.waiter.take().expect("a sync op completes once");
-        w.set(result.map_err(|source| Error::Io { op: Op::Sync, path: self.path.clone(), offset: None, target: None, source }));
+        w.set(result.map_err(|source| Error::Io {
+            op: Op::Sync,
+            path: self.path.clone(),
+            offset: None,
+            target: None,
+            source,
+        }));
     }
 }
 
@@ -302,7 +309,8 @@ impl<E: WriteEngine> Inner<E> {
     /// Takes the barriers and ready-waiters that are now satisfied.
     fn fire(&self, st: &mut State<E>) -> Fired {
         let low = st.outstanding.first().copied().unwrap_or(u64::MAX);
-        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.barriers).into_iter().partition(|b| b.before <= low);
+        let (done, keep): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut st.barriers).into_iter().partition(|b| b.before <= low);
         st.barriers = keep;
         let failures = if done.is_empty() { Vec::new() } else { std::mem::take(&mut st.failures) };
         let ready = if st.in_flight_bytes < self.opts.max_in_flight_bytes && st.queued.is_empty() {

@@ -92,7 +92,10 @@ impl Staging {
     /// would hold no slot.
     pub fn new(total_bytes: usize, slot_size: usize) -> Result<Staging> {
         if slot_size == 0 || slot_size % STAGING_ALIGN != 0 {
-            return Err(Error::invalid_option("slot_size", format!("{slot_size} is not a non-zero multiple of {STAGING_ALIGN}")));
+            return Err(Error::invalid_option(
+                "slot_size",
+                format!("{slot_size} is not a non-zero multiple of {STAGING_ALIGN}"),
+            ));
         }
         let slots = total_bytes / slot_size;
         if slots == 0 || slots > u32::MAX as usize {

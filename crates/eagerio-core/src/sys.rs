@@ -57,9 +57,8 @@ pub fn dio_alignment(file: &File) -> Option<u64> {
     let empty = b"\0";
     // SAFETY: the fd is open for the call's duration, the path is a NUL-terminated empty string
     // used with AT_EMPTY_PATH, and `stx` is a valid out-pointer.
-    let rc = unsafe {
-        libc::statx(file.as_raw_fd(), empty.as_ptr().cast(), libc::AT_EMPTY_PATH, STATX_DIOALIGN, &mut stx)
-    };
+    let rc =
+        unsafe { libc::statx(file.as_raw_fd(), empty.as_ptr().cast(), libc::AT_EMPTY_PATH, STATX_DIOALIGN, &mut stx) };
     if rc != 0 || stx.stx_mask & STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
         return None;
     }

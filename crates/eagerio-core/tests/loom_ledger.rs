@@ -84,7 +84,9 @@ impl ReadEngine for Kernel {
                     });
                     match fault {
                         Fault::Panic => panic!("injected panic while copying out"),
-                        Fault::Error => slot.with(|buf| job.complete(i, buf, Err(std::io::Error::from_raw_os_error(5)))),
+                        Fault::Error => {
+                            slot.with(|buf| job.complete(i, buf, Err(std::io::Error::from_raw_os_error(5))))
+                        }
                         Fault::None => slot.with(|buf| job.complete(i, buf, Ok(n))),
                     }
                 }));
@@ -107,8 +109,10 @@ fn expect_rows(rows: &[u64]) -> Vec<u8> {
 fn model(fault: Fault, drop_first: bool) {
     loom::model(move || {
         let k = Kernel::new(3, fault);
-        let table =
-            Source::new(k.clone()).with_max_gap(0).rows(RowLayout { base: 0, row_size: ROW as u64, rows: None }).unwrap();
+        let table = Source::new(k.clone())
+            .with_max_gap(0)
+            .rows(RowLayout { base: 0, row_size: ROW as u64, rows: None })
+            .unwrap();
         let first = table.gather(&[0, 2]).unwrap();
         if drop_first {
             drop(first);

@@ -110,7 +110,11 @@ impl TokioEngine {
     ///
     /// # Errors
     /// As [`open`](Self::open) and [`RowTable::new`].
-    pub async fn open_rows(path: impl AsRef<Path>, layout: RowLayout, opts: TokioOptions) -> Result<RowTable<TokioEngine>> {
+    pub async fn open_rows(
+        path: impl AsRef<Path>,
+        layout: RowLayout,
+        opts: TokioOptions,
+    ) -> Result<RowTable<TokioEngine>> {
         RowTable::new(Self::open(path, opts).await?, layout)
     }
 
@@ -153,7 +157,9 @@ fn worker(inner: &Inner, job: JobHandle) {
         let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let point = IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize };
             let res = slot.with_mut(|buf| {
-                with_hook(inner.hook.as_ref(), point, || sys::pread_full(&inner.file, &mut buf[..e.len as usize], e.offset, align))
+                with_hook(inner.hook.as_ref(), point, || {
+                    sys::pread_full(&inner.file, &mut buf[..e.len as usize], e.offset, align)
+                })
             });
             if let Some(h) = &inner.hook {
                 h.check(IoPoint { kind: IoKind::CopyOut, ..point });

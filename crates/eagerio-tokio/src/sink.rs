@@ -57,16 +57,20 @@ impl TokioWriter {
     /// As [`create`](Self::create).
     pub fn create_blocking(path: &Path, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
         let rt = crate::runtime(path)?;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(!opts.keep)
-            .open(path)
-            .map_err(|source| Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source })?;
+        let file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(!opts.keep).open(path).map_err(|source| {
+                Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source }
+            })?;
         if opts.keep {
             let len = file
                 .metadata()
-                .map_err(|source| Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source })?
+                .map_err(|source| Error::Io {
+                    op: Op::Open,
+                    path: path.to_path_buf(),
+                    offset: None,
+                    target: None,
+                    source,
+                })?
                 .len();
             opts.sink.append_from = opts.sink.append_from.max(len);
         }

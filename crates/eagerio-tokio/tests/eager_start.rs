@@ -50,7 +50,8 @@ fn sink_four_slow_writes_in_flight_before_any_await() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let started = Started::default();
-        let opts = WriterOptions { hook: Some(started.hook(IoKind::Write, Duration::from_millis(100))), ..Default::default() };
+        let opts =
+            WriterOptions { hook: Some(started.hook(IoKind::Write, Duration::from_millis(100))), ..Default::default() };
         let sink = TokioWriter::create(dir.path().join("out"), opts).await.unwrap();
         let futs: Vec<_> = (0..4u8).map(|i| sink.append(Bytes::from(vec![i; 4096]))).collect();
         assert_eq!(started.wait_for(4), 4, "all 4 writes must be in flight before the first await");
@@ -69,8 +70,13 @@ fn gather_four_slow_gathers_in_flight_before_any_await() {
         let path = dir.path().join("t");
         std::fs::write(&path, vec![7u8; 4096 * 64]).unwrap();
         let started = Started::default();
-        let opts = TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::from_millis(100))), ..Default::default() };
-        let table = TokioEngine::open(&path, opts).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+        let opts =
+            TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::from_millis(100))), ..Default::default() };
+        let table = TokioEngine::open(&path, opts)
+            .await
+            .unwrap()
+            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
+            .unwrap();
         // Four gathers of one row each: one read per gather.
         let futs: Vec<_> = (0..4u64).map(|i| table.gather(&[i * 10]).unwrap()).collect();
         assert_eq!(started.wait_for(4), 4, "all 4 gathers' reads must be in flight before the first await");
@@ -87,8 +93,13 @@ fn gather_reads_issued_before_first_poll() {
         let path = dir.path().join("t");
         std::fs::write(&path, (0..4096u32 * 16).map(|i| i as u8).collect::<Vec<_>>()).unwrap();
         let started = Started::default();
-        let opts = TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::ZERO)), max_gap: 0, ..Default::default() };
-        let table = TokioEngine::open(&path, opts).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+        let opts =
+            TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::ZERO)), max_gap: 0, ..Default::default() };
+        let table = TokioEngine::open(&path, opts)
+            .await
+            .unwrap()
+            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
+            .unwrap();
         let mut fut = tokio_test::task::spawn(table.gather(&[3, 9, 15]).unwrap());
         // Not polled yet, and the three reads reach the syscall seam.
         assert_eq!(started.wait_for(3), 3);
