@@ -1,194 +1,365 @@
-//! Loom models of the in-flight ledger: staging slots and gather jobs, as production code.
+//! Loom models of the staging / job-ledger invariant:
 //!
-//! A simulated kernel thread per gather claims extents, writes into its staging slot (a tracked
-//! `UnsafeCell` access) and completes them. Loom explores every interleaving and fails the model
-//! if the next gather is handed a slot the kernel thread is still writing, if a slot is handed out
-//! twice, or if a slot leaks.
+//! > A buffer that the kernel or a worker still owns is never reused or freed. After an error, a
+//! > panic or a dropped future, in-flight reads keep their staging slots until their completion
+//! > is observed; only then can a slot serve the next gather.
 //!
-//! Run: `RUSTFLAGS="--cfg eagerio_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
-//! cargo test -p eagerio-core --release --test loom_ledger`
+//! Every access to a slot's bytes goes through `SlotLease::{with_mut, with}`, i.e. through the
+//! slot's loom `UnsafeCell`, so a slot handed to the next gather while a previous owner still
+//! writes it is reported by loom as a concurrent access. The engine below simulates a kernel with
+//! `loom::thread`s ("workers") that claim extents, write into a slot and complete them.
+//!
+//! Run with:
+//! `RUSTFLAGS="--cfg eagerio_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+//!  cargo test -p eagerio-core --release --test loom_ledger`
 #![cfg(eagerio_loom)]
 
-use std::{panic::AssertUnwindSafe, path::PathBuf, sync::Arc};
+use std::{
+    cell::{Cell, RefCell},
+    io,
+    ops::Range,
+    panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc as StdArc,
+    },
+};
 
 use bytes::Bytes;
 use eagerio_core::{
     mem::{MemEngine, MemFile},
     DataSink, Error, FileInfo, JobHandle, Op, ReadEngine, RowLayout, Sink, SinkOptions, Source, Staging,
 };
-use loom::thread;
+use loom::thread::JoinHandle;
 
-const ROW: usize = 4096;
+const SLOT: usize = 4096;
+const SIMULATED_PANIC: &str = "simulated worker panic";
 
-#[derive(Clone, Copy, PartialEq, Debug)]
+/// What the simulated kernel does to the next gather.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
+    /// Every read succeeds.
     None,
-    Error,
-    Panic,
+    /// The read of this extent fails with EIO (after the kernel wrote into the slot).
+    Eio(usize),
+    /// The worker panics right after writing this extent's slot (caught, as real backends do).
+    Panic(usize),
+    /// BROKEN engine: returns the slot to the pool *before* the kernel write into it, keeping a
+    /// forged lease to write through. Only the negative model uses it.
+    EarlyRelease,
 }
 
-/// The simulated kernel: one thread per submitted gather, depth 1.
-#[derive(Clone)]
-struct Kernel {
-    data: Arc<Vec<u8>>,
+/// A test-only backend: `submit` spawns `workers` loom threads per gather, each a simulated
+/// kernel reading from an in-memory file into staging slots.
+struct KernelEngine {
+    data: StdArc<Vec<u8>>,
     info: FileInfo,
     staging: Staging,
-    /// The fault applied to the first extent of the first gather only.
-    fault: Arc<std::sync::Mutex<Fault>>,
-    threads: Arc<std::sync::Mutex<Vec<thread::JoinHandle<()>>>>,
+    workers: Cell<usize>,
+    fault: Cell<Fault>,
+    threads: RefCell<Vec<JoinHandle<()>>>,
 }
 
-impl std::fmt::Debug for Kernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Kernel")
-    }
-}
-
-impl Kernel {
-    fn new(rows: usize, fault: Fault) -> Kernel {
-        let data: Vec<u8> = (0..rows * ROW).map(|i| (i / ROW) as u8 + 1).collect();
-        Kernel {
-            info: FileInfo { path: PathBuf::from("loom.bin"), len: data.len() as u64, align: 4096, max_read: 4096 },
-            data: Arc::new(data),
-            staging: Staging::new(2 * ROW, ROW).unwrap(),
-            fault: Arc::new(std::sync::Mutex::new(fault)),
-            threads: Arc::default(),
+impl KernelEngine {
+    fn new(data: Vec<u8>, staging: Staging) -> KernelEngine {
+        let info = FileInfo {
+            path: PathBuf::from("/loom/file"),
+            len: data.len() as u64,
+            align: 1,
+            max_read: staging.slot_size() as u64,
+        };
+        KernelEngine {
+            data: StdArc::new(data),
+            info,
+            staging,
+            workers: Cell::new(1),
+            fault: Cell::new(Fault::None),
+            threads: RefCell::new(Vec::new()),
         }
     }
 
-    fn join(&self) {
-        for t in std::mem::take(&mut *self.threads.lock().unwrap()) {
-            t.join().unwrap();
+    /// Sets how the next gathers are served.
+    fn serve(&self, workers: usize, fault: Fault) {
+        self.workers.set(workers);
+        self.fault.set(fault);
+    }
+
+    /// Joins every worker spawned so far.
+    fn join_all(&self) {
+        for t in self.threads.borrow_mut().drain(..) {
+            t.join().expect("a worker thread panicked past its catch_unwind");
         }
     }
 }
 
-impl ReadEngine for Kernel {
+/// One simulated kernel worker: the body real backends run inside `catch_unwind`.
+fn worker(job: &JobHandle, staging: &Staging, data: &[u8], fault: Fault) {
+    while let Some(i) = job.next_extent() {
+        let e = job.plan().extents()[i];
+        let mut slot = staging.acquire_blocking();
+        if fault == Fault::EarlyRelease {
+            // BUG (deliberate): hand the slot back to the pool now, while we still write into it.
+            // The forged copy's drop returns the slot and releases one reference; the original is
+            // forgotten below, so the reference count stays balanced.
+            // SAFETY: not sound, on purpose: this is the bug the negative model must catch.
+            drop(unsafe { std::ptr::read(&slot) });
+        }
+        let len = e.len as usize;
+        let start = (e.offset as usize).min(data.len());
+        let n = len.min(data.len() - start);
+        // The simulated kernel write (a tracked write access to the slot under loom).
+        slot.with_mut(|buf| buf[..n].copy_from_slice(&data[start..start + n]));
+        if fault == Fault::Panic(i) {
+            panic!("{SIMULATED_PANIC}");
+        }
+        let result = if fault == Fault::Eio(i) { Err(io::Error::from_raw_os_error(libc::EIO)) } else { Ok(n) };
+        slot.with(|buf| job.complete(i, buf, result));
+        if fault == Fault::EarlyRelease {
+            std::mem::forget(slot);
+        }
+    }
+}
+
+impl ReadEngine for KernelEngine {
     fn info(&self) -> &FileInfo {
         &self.info
     }
 
     fn submit(&self, job: JobHandle) {
-        let k = self.clone();
-        let t = thread::spawn(move || {
-            while let Some(i) = job.next_extent() {
-                let e = job.plan().extents()[i];
-                let fault = std::mem::replace(&mut *k.fault.lock().unwrap(), Fault::None);
-                let mut slot = k.staging.acquire_blocking();
-                let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    // The simulated DMA into the slot: a tracked write.
-                    let n = slot.with_mut(|buf| {
-                        let src = &k.data[e.offset as usize..e.offset as usize + e.len as usize];
-                        buf[..src.len()].copy_from_slice(src);
-                        src.len()
-                    });
-                    match fault {
-                        Fault::Panic => panic!("injected panic while copying out"),
-                        Fault::Error => {
-                            slot.with(|buf| job.complete(i, buf, Err(std::io::Error::from_raw_os_error(5))))
-                        }
-                        Fault::None => slot.with(|buf| job.complete(i, buf, Ok(n))),
-                    }
-                }));
-                if step.is_err() {
-                    job.fail(Error::Panicked { op: Op::Read, path: "loom.bin".into(), message: "injected".into() });
-                    return;
+        let fault = self.fault.get();
+        for _ in 0..self.workers.get() {
+            let job = job.clone();
+            let staging = self.staging.clone();
+            let data = self.data.clone();
+            let t = loom::thread::spawn(move || {
+                if fault == Fault::EarlyRelease {
+                    // No catch_unwind: loom's own report must propagate.
+                    return worker(&job, &staging, &data, fault);
                 }
-            }
-        });
-        self.threads.lock().unwrap().push(t);
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| worker(&job, &staging, &data, fault))) {
+                    let message = payload
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    if message != SIMULATED_PANIC {
+                        // A loom report (or any real failure) must not be swallowed.
+                        resume_unwind(payload);
+                    }
+                    job.fail(Error::Panicked { op: Op::Read, path: job.path().to_path_buf(), message });
+                }
+                drop(job);
+            });
+            self.threads.borrow_mut().push(t);
+        }
     }
 }
 
-fn expect_rows(rows: &[u64]) -> Vec<u8> {
-    rows.iter().flat_map(|&r| std::iter::repeat(r as u8 + 1).take(ROW)).collect()
+/// A file whose byte at offset `o` is `(o % 251) as u8`, so misplaced bytes show.
+fn file(len: usize) -> Vec<u8> {
+    (0..len).map(|o| (o % 251) as u8).collect()
 }
 
-/// First gather under `fault` (dropped at once if `drop_first`), then a second gather on the same
-/// source; both kernel threads run concurrently where loom lets them.
-fn model(fault: Fault, drop_first: bool) {
-    loom::model(move || {
-        let k = Kernel::new(3, fault);
-        let table = Source::new(k.clone())
-            .with_max_gap(0)
-            .rows(RowLayout { base: 0, row_size: ROW as u64, rows: None })
-            .unwrap();
-        let first = table.gather(&[0, 2]).unwrap();
-        if drop_first {
-            drop(first);
-        } else {
-            let r = loom::future::block_on(first);
-            match fault {
-                Fault::None => assert_eq!(&r.unwrap()[..], &expect_rows(&[0, 2])[..]),
-                Fault::Error => assert_eq!(r.unwrap_err().raw_os_error(), Some(5)),
-                Fault::Panic => assert!(matches!(r.unwrap_err(), Error::Panicked { .. })),
-            }
-        }
-        let second = loom::future::block_on(table.gather(&[1, 2]).unwrap()).unwrap();
-        assert_eq!(&second[..], &expect_rows(&[1, 2])[..]);
-        k.join();
-        assert!(k.staging.is_full(), "a staging slot leaked");
+fn expected(data: &[u8], ranges: &[Range<u64>]) -> Vec<Vec<u8>> {
+    ranges.iter().map(|r| data[r.start as usize..r.end as usize].to_vec()).collect()
+}
+
+fn check(data: &[u8], ranges: &[Range<u64>], got: Vec<Bytes>) {
+    let got: Vec<Vec<u8>> = got.iter().map(|b| b.to_vec()).collect();
+    assert_eq!(got, expected(data, ranges), "second gather returned wrong bytes");
+}
+
+const FILE_LEN: usize = 3 * SLOT;
+/// Two extents (max_gap 0, 4 KiB max read): slot-sized pieces at different file offsets.
+const FIRST: &[Range<u64>] = &[10..110, 5000..5100];
+/// The follow-up gather: two extents as well, reusing the same slots.
+const SECOND: &[Range<u64>] = &[200..300, 9000..9100];
+
+/// Runs `f` as a loom model (preemption bound 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise)
+/// and checks loom really explored more than one interleaving.
+fn explore(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let iterations = StdArc::new(AtomicUsize::new(0));
+    let seen = iterations.clone();
+    b.check(move || {
+        seen.fetch_add(1, Ordering::Relaxed);
+        f()
+    });
+    let n = iterations.load(Ordering::Relaxed);
+    eprintln!("explored {n} interleavings");
+    assert!(n > 1, "the model explored a single interleaving");
+}
+
+/// Shared body of models (a) and (b): a first gather that fails through `fault`, then a second
+/// gather on the same source and staging that must succeed with the right bytes.
+fn fail_then_gather(fault: Fault, slots: usize, first_workers: usize) {
+    let data = file(FILE_LEN);
+    let staging = Staging::new(slots * SLOT, SLOT).unwrap();
+    let engine = KernelEngine::new(data.clone(), staging.clone());
+    let source = Source::new(engine).with_max_gap(0);
+
+    source.engine().serve(first_workers, fault);
+    let first = source.gather_ranges(FIRST).unwrap();
+    let err = loom::future::block_on(first).expect_err("the first gather must fail");
+    match (fault, &err) {
+        (Fault::Eio(_), Error::Io { .. }) => assert_eq!(err.raw_os_error(), Some(libc::EIO)),
+        (Fault::Panic(_), Error::Panicked { .. }) => {}
+        _ => panic!("unexpected error for {fault:?}: {err:?}"),
+    }
+
+    source.engine().serve(1, Fault::None);
+    let second = source.gather_ranges(SECOND).unwrap();
+    check(&data, SECOND, loom::future::block_on(second).unwrap());
+
+    source.engine().join_all();
+    assert!(staging.is_full(), "a slot leaked");
+    assert_eq!(staging.free_slots(), staging.slots());
+}
+
+/// (a) An EIO mid-gather: the future fails, in-flight slots stay owned until their completion,
+/// and the next gather's slot writes never race with the first gather's.
+#[test]
+fn eio_mid_gather_then_gather() {
+    explore(|| fail_then_gather(Fault::Eio(0), 2, 2));
+}
+
+/// (a') The same with a single slot, so the two gathers contend for it.
+#[test]
+fn eio_mid_gather_one_slot() {
+    explore(|| fail_then_gather(Fault::Eio(1), 1, 2));
+}
+
+/// (b) A worker panics right after its slot write; it catches the panic (as real backends do)
+/// and fails the job. The future reports `Panicked`; the next gather is correct.
+#[test]
+fn panic_mid_gather_then_gather() {
+    explore(|| fail_then_gather(Fault::Panic(0), 2, 2));
+}
+
+/// (c) The future is dropped right after `gather_ranges` returns, before the workers finish.
+/// Their slots stay leased until their reads complete; the next gather (contending for the one
+/// slot) is correct; afterwards nothing leaked and nothing was handed back twice.
+#[test]
+fn dropped_future_then_gather() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(2, Fault::None);
+        drop(source.gather_ranges(FIRST).unwrap());
+
+        source.engine().serve(1, Fault::None);
+        let second = source.gather_ranges(SECOND).unwrap();
+        check(&data, SECOND, loom::future::block_on(second).unwrap());
+
+        source.engine().join_all();
+        // `SlotLease::drop` debug-asserts against a double free, but the loom run is `--release`
+        // (no debug assertions): a double free would leave more free entries than slots.
+        assert!(staging.is_full(), "a slot leaked");
+        assert_eq!(staging.free_slots(), staging.slots(), "a slot was handed back twice");
     });
 }
 
+/// (d) Two threads append concurrently: the reserved offsets are disjoint and contiguous, and
+/// after `flush` the file holds each chunk at its offset.
 #[test]
-fn loom_error_mid_gather_then_next_gather() {
-    model(Fault::Error, false);
-}
-
-#[test]
-fn loom_panic_mid_gather_then_next_gather() {
-    model(Fault::Panic, false);
-}
-
-#[test]
-fn loom_dropped_future_mid_gather_then_next_gather() {
-    model(Fault::None, true);
-}
-
-#[test]
-fn loom_clean_gathers_back_to_back() {
-    model(Fault::None, false);
-}
-
-#[test]
-fn loom_append_offsets_are_reserved_disjoint() {
-    loom::model(|| {
-        let file = MemFile::default();
-        let engine = MemEngine::new(file.clone(), "sink.bin", 4096).unwrap();
+fn sink_concurrent_appends() {
+    explore(|| {
+        let mem = MemFile::default();
+        let engine = MemEngine::new(mem.clone(), "/loom/sink", SLOT).unwrap();
         let sink = Sink::new(engine, SinkOptions::default()).unwrap();
-        let s2 = sink.clone();
-        let t = thread::spawn(move || loom::future::block_on(s2.append(Bytes::from_static(b"bb"))).map(|_| ()));
-        let a = sink.append(Bytes::from_static(b"aaaa"));
-        let a_off = a.offset();
-        loom::future::block_on(a).unwrap();
-        t.join().unwrap().unwrap();
+
+        let chunks: [&'static [u8]; 2] = [b"aaa", b"bbbbb"];
+        let threads: Vec<_> = chunks
+            .iter()
+            .map(|&c| {
+                let sink = sink.clone();
+                loom::thread::spawn(move || {
+                    let w = sink.append(Bytes::from_static(c));
+                    let offset = w.offset();
+                    loom::future::block_on(w).unwrap();
+                    offset
+                })
+            })
+            .collect();
+        let offsets: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         loom::future::block_on(sink.flush()).unwrap();
-        let got = file.contents();
-        match a_off {
-            0 => assert_eq!(got, b"aaaabb"),
-            2 => assert_eq!(got, b"bbaaaa"),
-            other => panic!("append reserved offset {other}"),
-        }
-        assert_eq!(sink.append_offset(), 6);
+
+        let (a, b) = (offsets[0], offsets[1]);
+        let (la, lb) = (chunks[0].len() as u64, chunks[1].len() as u64);
+        assert!(a + la <= b || b + lb <= a, "overlapping offsets {offsets:?}");
+        assert_eq!(a.min(b), 0, "appends did not start at 0: {offsets:?}");
+        assert_eq!(a.max(b), if a < b { la } else { lb }, "offsets not contiguous: {offsets:?}");
+        assert_eq!(sink.append_offset(), la + lb);
+
+        let contents = mem.contents();
+        assert_eq!(contents.len() as u64, la + lb);
+        assert_eq!(&contents[a as usize..(a + la) as usize], chunks[0]);
+        assert_eq!(&contents[b as usize..(b + lb) as usize], chunks[1]);
     });
 }
 
-/// The check the models rely on, shown to bite: an engine that returns the lease before the
-/// kernel's write into the slot is done lets the next gather reuse the slot, and loom reports the
-/// concurrent access.
+/// Negative sanity model: an engine that returns its slot to the pool *before* the simulated
+/// kernel write into it finishes. The next gather acquires the same slot and writes it; loom must
+/// report the two unordered accesses to the slot's cell, proving the models above can see reuse.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn loom_catches_early_slot_release() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data, staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(1, Fault::EarlyRelease);
+        let first = source.gather_ranges(&FIRST[..1]).unwrap();
+        source.engine().serve(1, Fault::None);
+        let second = source.gather_ranges(&SECOND[..1]).unwrap();
+        let _ = loom::future::block_on(second);
+        let _ = loom::future::block_on(first);
+        source.engine().join_all();
+    });
+}
+
+/// Clean row gathers back to back through `RowTable`, the second started while the first's
+/// worker may still run: both correct, nothing leaked.
+#[test]
+fn clean_row_gathers_back_to_back() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let table = Source::new(engine).with_max_gap(0).rows(RowLayout { base: 0, row_size: 100, rows: None }).unwrap();
+        let row = |r: u64| data[(r * 100) as usize..(r * 100 + 100) as usize].to_vec();
+        let first = table.gather(&[3, 60]).unwrap();
+        let second = table.gather(&[90, 1]).unwrap();
+        assert_eq!(loom::future::block_on(second).unwrap().to_vec(), [row(90), row(1)].concat());
+        assert_eq!(loom::future::block_on(first).unwrap().to_vec(), [row(3), row(60)].concat());
+        table.source().engine().join_all();
+        assert!(staging.is_full(), "a slot leaked");
+    });
+}
+
+/// The smallest form of the broken protocol, on `Staging` alone: the lease is dropped before the
+/// kernel's write into the slot is done, so the next acquirer's write races with it.
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn loom_catches_a_slot_released_while_the_kernel_writes() {
     loom::model(|| {
-        let staging = Staging::new(ROW, ROW).unwrap(); // one slot
+        let staging = Staging::new(SLOT, SLOT).unwrap(); // one slot
         let lease = staging.try_acquire().unwrap();
         let idx = lease.index();
         drop(lease); // the bug: released before the kernel is done
         let s2 = staging.clone();
         // SAFETY: deliberately broken (no live lease): this model exists to show loom catches it;
         // the bytes are a live allocation, so the only harm is the race loom reports.
-        let kernel = thread::spawn(move || unsafe { s2.access_as_owner(idx, |b| b[0] = 9) });
+        let kernel = loom::thread::spawn(move || unsafe { s2.access_as_owner(idx, |b| b[0] = 9) });
         if let Some(mut next) = staging.try_acquire() {
             next.with_mut(|b| b[0] = 1);
         }
@@ -200,11 +371,11 @@ fn loom_catches_a_slot_released_while_the_kernel_writes() {
 /// no report.
 #[test]
 fn loom_kernel_holding_the_lease_is_race_free() {
-    loom::model(|| {
-        let staging = Staging::new(ROW, ROW).unwrap();
+    explore(|| {
+        let staging = Staging::new(SLOT, SLOT).unwrap();
         let lease = staging.try_acquire().unwrap();
         let s2 = staging.clone();
-        let kernel = thread::spawn(move || {
+        let kernel = loom::thread::spawn(move || {
             // SAFETY: `lease` is alive and unused for the whole call.
             unsafe { s2.access_as_owner(lease.index(), |b| b[0] = 9) };
             drop(lease);
