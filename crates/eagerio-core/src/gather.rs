@@ -325,6 +325,8 @@ impl JobHandle {
 #[must_use = "the reads run anyway; dropping the future discards their result"]
 pub struct GatherFuture<T> {
     job: Option<Arc<GatherJob>>,
+    /// The job's counters as it settled, kept once the job is taken.
+    settled: GatherStats,
     finish: fn(Bytes, &GatherJob) -> T,
 }
 
@@ -335,9 +337,9 @@ impl<T> fmt::Debug for GatherFuture<T> {
 }
 
 impl<T> GatherFuture<T> {
-    /// The gather's counters so far.
+    /// The gather's counters so far (final once the future has completed).
     pub fn stats(&self) -> GatherStats {
-        self.job.as_ref().map(|j| j.stats()).unwrap_or_default()
+        self.job.as_ref().map_or(self.settled, |j| j.stats())
     }
 
     /// Whether every party has finished (polling would return at once).
@@ -360,6 +362,7 @@ impl<T> Future for GatherFuture<T> {
             }
         }
         let job = self.job.take().expect("checked above");
+        self.settled = job.stats();
         let finish = self.finish;
         Poll::Ready(job.take_output().map(|b| finish(b, &job)))
     }
@@ -521,7 +524,7 @@ impl<E: ReadEngine> Source<E> {
         }
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
-        Ok(GatherFuture { job: Some(job), finish })
+        Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish })
     }
 }
 

@@ -113,5 +113,6 @@ fn gather_reads_issued_before_first_poll() {
         let bytes = tokio_test::assert_ready_ok!(fut.poll());
         assert_eq!(&bytes[..4], &[0, 1, 2, 3]);
         assert!(!fut.is_woken(), "nothing to wake: the reads ran without the future");
+        assert_eq!(fut.stats().reads_issued, 3, "counters stay readable after completion");
     });
 }
