@@ -1,0 +1,1 @@
+//! eagerio over glommio (being written).

@@ -1,0 +1,1 @@
+//! eagerio io_uring lanes (being written).
