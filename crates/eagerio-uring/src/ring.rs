@@ -1,0 +1,319 @@
+//! The lane's ring over the `io-uring` crate: setup with the chosen flags, opcode probe, buffer
+//! and file registration, and the eventfd the lane sleeps on between gathers.
+
+use std::{
+    fs::File,
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    sync::Arc,
+};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+
+use crate::lane::{Notify, Ring, Sqe};
+
+/// Ring setup flags. Each is tried and dropped (with a log line) if the kernel refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupFlags {
+    /// `IORING_SETUP_COOP_TASKRUN`: no inter-processor interrupt to run completion work; it runs
+    /// when the lane next enters the kernel, which it does anyway.
+    pub coop_taskrun: bool,
+    /// `IORING_SETUP_SINGLE_ISSUER`: only the lane's thread submits (true by construction).
+    pub single_issuer: bool,
+    /// `IORING_SETUP_DEFER_TASKRUN` (needs `single_issuer`): completion work runs only when the
+    /// lane waits for completions.
+    pub defer_taskrun: bool,
+}
+
+impl SetupFlags {
+    /// No flags: the plain setup.
+    pub const PLAIN: SetupFlags = SetupFlags { coop_taskrun: false, single_issuer: false, defer_taskrun: false };
+}
+
+impl Default for SetupFlags {
+    /// `COOP_TASKRUN | SINGLE_ISSUER`: see the crate docs for the measurement behind it.
+    fn default() -> Self {
+        SetupFlags { coop_taskrun: true, single_issuer: true, defer_taskrun: false }
+    }
+}
+
+/// How a lane ended up reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `READ_FIXED` into staging registered with `io_uring_register_buffers`.
+    Registered,
+    /// Plain `READ` into the same staging (registration was refused or not wanted).
+    Unregistered,
+    /// No ring: the gathers run on the tokio backend.
+    Tokio,
+}
+
+const WAKE: u64 = u64::MAX;
+
+/// A lane's ring.
+pub struct UringRing {
+    ring: IoUring<squeue::Entry, cqueue::Entry>,
+    fixed_file: bool,
+    fd: RawFd,
+    registered_buffers: bool,
+    // Keeps the file open for the unregistered case; the registered table holds its own ref.
+    _file: Arc<File>,
+    eventfd: Arc<OwnedFd>,
+    wake_buf: Box<u64>,
+    wake_armed: bool,
+}
+
+/// What the setup gives back besides the ring.
+#[derive(Debug)]
+pub struct RingSetup {
+    /// How reads are issued.
+    pub mode: Mode,
+    /// Why the lane reads unregistered, if it does.
+    pub reason: Option<String>,
+    /// The flags the ring was built with.
+    pub flags: SetupFlags,
+}
+
+/// Why a ring could not be had at all.
+#[derive(Debug)]
+pub struct Refused {
+    /// What failed.
+    pub what: &'static str,
+    /// The error.
+    pub source: io::Error,
+}
+
+impl UringRing {
+    /// Builds a ring of at least `depth + 1` entries on the calling thread (which must be the
+    /// lane's thread when `single_issuer` is set), probes the opcodes, registers `file` and, if
+    /// `register` and `staging` are given, the staging region.
+    ///
+    /// # Errors
+    /// [`Refused`] if the ring cannot be set up or lacks an opcode the lane needs.
+    pub fn new(
+        depth: usize,
+        flags: SetupFlags,
+        file: Arc<File>,
+        staging: Option<(*mut u8, usize)>,
+        register: bool,
+    ) -> Result<(UringRing, RingSetup), Refused> {
+        let entries = (depth + 1).next_power_of_two().min(32768) as u32;
+        let (ring, flags) = build(entries, flags)?;
+        let mut probe = Probe::new();
+        ring.submitter().register_probe(&mut probe).map_err(|source| Refused { what: "probe", source })?;
+        for (code, name) in
+            [(opcode::Read::CODE, "READ"), (opcode::Write::CODE, "WRITE"), (opcode::Fsync::CODE, "FSYNC")]
+        {
+            if !probe.is_supported(code) {
+                return Err(Refused { what: name, source: io::Error::from_raw_os_error(libc::EOPNOTSUPP) });
+            }
+        }
+        let fd = file.as_raw_fd();
+        let fixed_file = match ring.submitter().register_files(&[fd]) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::info!(error = %e, "io_uring: file registration refused; using the plain descriptor");
+                false
+            }
+        };
+        let mut reason = None;
+        let mut registered_buffers = false;
+        if let Some((ptr, len)) = staging {
+            if !register {
+                reason = Some("registered buffers turned off by the options".to_string());
+            } else if !probe.is_supported(opcode::ReadFixed::CODE) {
+                reason = Some("the kernel lacks READ_FIXED".to_string());
+            } else {
+                let iov = libc::iovec { iov_base: ptr.cast(), iov_len: len };
+                // SAFETY: the region stays allocated for the ring's life: the lane owns the
+                // staging pool and drops it only after the ring (field order in the lane) and
+                // after every read into it completed.
+                match unsafe { ring.submitter().register_buffers(&[iov]) } {
+                    Ok(()) => registered_buffers = true,
+                    Err(e) => {
+                        let r = format!(
+                            "register_buffers of {len} bytes refused ({e}); RLIMIT_MEMLOCK is {} bytes: raise it \
+                             (ulimit -l, LimitMEMLOCK=) or lower staging_bytes",
+                            memlock_limit()
+                        );
+                        tracing::warn!(reason = %r, "io_uring: falling back to unregistered buffers");
+                        reason = Some(r);
+                    }
+                }
+            }
+        }
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(Refused { what: "eventfd", source: io::Error::last_os_error() });
+        }
+        // SAFETY: `efd` is a fresh descriptor nobody else owns.
+        let eventfd = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
+        let mode = if registered_buffers { Mode::Registered } else { Mode::Unregistered };
+        let ring = UringRing {
+            ring,
+            fixed_file,
+            fd,
+            registered_buffers,
+            _file: file,
+            eventfd,
+            wake_buf: Box::new(0),
+            wake_armed: false,
+        };
+        Ok((ring, RingSetup { mode, reason, flags }))
+    }
+
+    /// The handle that wakes this ring's lane.
+    pub fn notifier(&self) -> EventFd {
+        EventFd(self.eventfd.clone())
+    }
+
+    fn arm_wake(&mut self) -> bool {
+        if self.wake_armed {
+            return true;
+        }
+        let e = opcode::Read::new(types::Fd(self.eventfd.as_raw_fd()), (&mut *self.wake_buf as *mut u64).cast(), 8)
+            .build()
+            .user_data(WAKE);
+        // SAFETY: `wake_buf` lives as long as the ring and is read back only after the wake
+        // read's completion (or in `Drop`, after draining it).
+        if unsafe { self.ring.submission().push(&e) }.is_ok() {
+            self.wake_armed = true;
+        }
+        self.wake_armed
+    }
+}
+
+fn build(entries: u32, flags: SetupFlags) -> Result<(IoUring, SetupFlags), Refused> {
+    let attempt = |f: SetupFlags| {
+        let mut b = IoUring::builder();
+        if f.coop_taskrun {
+            b.setup_coop_taskrun();
+        }
+        if f.single_issuer {
+            b.setup_single_issuer();
+        }
+        if f.defer_taskrun {
+            b.setup_defer_taskrun();
+        }
+        b.setup_cqsize(entries * 2).build(entries)
+    };
+    match attempt(flags) {
+        Ok(r) => Ok((r, flags)),
+        Err(e) if flags != SetupFlags::PLAIN && e.raw_os_error() == Some(libc::EINVAL) => {
+            tracing::info!(?flags, "io_uring: setup flags refused (EINVAL); using the plain setup");
+            attempt(SetupFlags::PLAIN)
+                .map(|r| (r, SetupFlags::PLAIN))
+                .map_err(|source| Refused { what: "io_uring_setup", source })
+        }
+        Err(source) => Err(Refused { what: "io_uring_setup", source }),
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK`, in bytes.
+pub fn memlock_limit() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } == 0 {
+        r.rlim_cur
+    } else {
+        0
+    }
+}
+
+impl Ring for UringRing {
+    fn push(&mut self, sqe: Sqe) -> bool {
+        let e = match sqe {
+            Sqe::Read { tag, ptr, len, offset, .. } => match (self.registered_buffers, self.fixed_file) {
+                (true, true) => opcode::ReadFixed::new(types::Fixed(0), ptr, len, 0).offset(offset).build(),
+                (true, false) => opcode::ReadFixed::new(types::Fd(self.fd), ptr, len, 0).offset(offset).build(),
+                (false, true) => opcode::Read::new(types::Fixed(0), ptr, len).offset(offset).build(),
+                (false, false) => opcode::Read::new(types::Fd(self.fd), ptr, len).offset(offset).build(),
+            }
+            .user_data(tag),
+            Sqe::Write { tag, ptr, len, offset } => if self.fixed_file {
+                opcode::Write::new(types::Fixed(0), ptr, len).offset(offset).build()
+            } else {
+                opcode::Write::new(types::Fd(self.fd), ptr, len).offset(offset).build()
+            }
+            .user_data(tag),
+            Sqe::Sync { tag } => if self.fixed_file {
+                opcode::Fsync::new(types::Fixed(0)).flags(types::FsyncFlags::DATASYNC).build()
+            } else {
+                opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build()
+            }
+            .user_data(tag),
+        };
+        // SAFETY: the buffers an entry names stay valid until its completion is reaped: reads
+        // target a staging slot whose lease the lane keeps in its in-flight table, writes the
+        // data of a `WriteOp` kept there too (see `lane`). A registered read's range lies in the
+        // registered region (buffer index 0): staging slots are inside it.
+        unsafe { self.ring.submission().push(&e) }.is_ok()
+    }
+
+    fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
+        if wait {
+            self.arm_wake();
+        }
+        loop {
+            let r = if wait { self.ring.submit_and_wait(1) } else { self.ring.submit() };
+            match r {
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // The completion queue is full: reap first (the caller's next `reap`).
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
+        let mut woke = false;
+        for cqe in self.ring.completion() {
+            if cqe.user_data() == WAKE {
+                woke = true;
+            } else {
+                f(cqe.user_data(), cqe.result());
+            }
+        }
+        if woke {
+            self.wake_armed = false;
+        }
+    }
+}
+
+impl Drop for UringRing {
+    fn drop(&mut self) {
+        // The wake read targets `wake_buf`: complete it before the buffer is freed.
+        if self.wake_armed {
+            self.notifier().notify();
+            while self.wake_armed {
+                if let Err(e) = self.ring.submit_and_wait(1) {
+                    if e.raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    // Leak the 8 bytes rather than free what the kernel may still write.
+                    std::mem::forget(std::mem::replace(&mut self.wake_buf, Box::new(0)));
+                    return;
+                }
+                for cqe in self.ring.completion() {
+                    if cqe.user_data() == WAKE {
+                        self.wake_armed = false;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Wakes a lane by writing its eventfd.
+#[derive(Debug, Clone)]
+pub struct EventFd(Arc<OwnedFd>);
+
+impl Notify for EventFd {
+    fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to an eventfd we keep open.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
