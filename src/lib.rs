@@ -6,6 +6,7 @@
 //!
 //! This facade re-exports the core ([`core`]) and one module per backend feature:
 //! - `tokio` (default): [`tokio`], reads and writes on tokio's blocking pool.
+//! - `uring` (default): [`uring`], io_uring lanes with registered staging.
 //!
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
@@ -26,3 +27,7 @@ pub use eagerio_core::{
 /// The tokio backend: gathers and writes on tokio's blocking pool.
 #[cfg(feature = "tokio")]
 pub use eagerio_tokio as tokio;
+
+/// The io_uring backend: lanes, each owning a ring, registered staging and a file table.
+#[cfg(feature = "uring")]
+pub use eagerio_uring as uring;

@@ -50,10 +50,7 @@ fn registered_mode() -> Mode {
 /// staging needs RLIMIT_MEMLOCK of at least 8 MiB (root, or the default limit).
 mod registered {
     eagerio_core::conformance_suite!(
-        super::Uring {
-            opts: || super::UringOptions::default(),
-            mode: super::registered_mode(),
-        },
+        super::Uring { opts: || super::UringOptions::default(), mode: super::registered_mode() },
         super::block_on
     );
 }

@@ -1,0 +1,162 @@
+//! Tuning the io_uring lanes: cold random-row gathers swept over ring setup flags, depth, lanes
+//! and gather size, so the defaults of `eagerio-uring` rest on measurements made side by side.
+//!
+//! ```text
+//! cargo run --release --example uring_lanes                  # 2 GiB table under target/
+//! EAGERIO_LANES_MB=512 cargo run --release --example uring_lanes -- flags depth
+//! ```
+//!
+//! Sections (all by default, or name them): `flags`, `depth`, `split`, `wake`. Cold means the
+//! file's pages are evicted before every timed gather (`posix_fadvise(DONTNEED)`), and every
+//! gather's bytes are checked against the fill function before its time counts.
+
+use std::{
+    fs::File,
+    io::Write,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use eagerio::uring::{SetupFlags, UringEngine, UringOptions};
+use eagerio::RowLayout;
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn word(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn byte_at(off: u64) -> u8 {
+    word(off / 8).to_le_bytes()[(off % 8) as usize]
+}
+
+fn table(mb: u64) -> AnyResult<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-lanes");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("table-{mb}m.bin"));
+    let size = mb << 20;
+    if std::fs::metadata(&path).map(|m| m.len() == size).unwrap_or(false) {
+        return Ok(path);
+    }
+    eprintln!("writing {} ({mb} MiB)...", path.display());
+    let mut f = File::create(&path)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut off = 0;
+    while off < size {
+        for (i, c) in buf.chunks_exact_mut(8).enumerate() {
+            c.copy_from_slice(&word(off / 8 + i as u64).to_le_bytes());
+        }
+        f.write_all(&buf)?;
+        off += buf.len() as u64;
+    }
+    f.sync_all()?;
+    Ok(path)
+}
+
+fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
+    (0..n as u64).map(|i| ((word(seed ^ (i << 20)) as u128 * rows as u128) >> 64) as u64).collect()
+}
+
+fn check(got: &[u8], ids: &[u64], row: u64) -> bool {
+    got.len() == ids.len() * row as usize
+        && ids.iter().enumerate().all(|(k, &id)| {
+            let out = &got[k * row as usize..(k + 1) * row as usize];
+            // Spot-check the first, middle and last bytes of every row: full checks in the bench.
+            [0, row / 2, row - 1].iter().all(|&o| out[o as usize] == byte_at(id * row + o))
+        })
+}
+
+/// Median cold gather time of `runs` gathers of `n` rows of `row` bytes.
+fn cold(path: &Path, opts: &UringOptions, row: u64, n: usize, runs: usize) -> AnyResult<Duration> {
+    let table = UringEngine::open_rows(path, RowLayout { base: 0, row_size: row, rows: None }, opts.clone())?;
+    let rows = table.rows();
+    let mut times = Vec::new();
+    for r in 0..runs {
+        let ids = ids(r as u64 * 7919 + row, n, rows);
+        eagerio::core::sys::evict(path)?;
+        let t = Instant::now();
+        let got = futures::executor::block_on(table.gather(&ids)?)?;
+        let dt = t.elapsed();
+        if !check(&got, &ids, row) {
+            return Err(format!("wrong bytes with {opts:?}").into());
+        }
+        times.push(dt);
+    }
+    times.sort();
+    Ok(times[runs / 2])
+}
+
+fn rate(n: usize, d: Duration) -> String {
+    format!("{:.0}k rows/s", n as f64 / d.as_secs_f64() / 1e3)
+}
+
+fn main() -> AnyResult<()> {
+    let mb: u64 = std::env::var("EAGERIO_LANES_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(2048);
+    let runs: usize = std::env::var("EAGERIO_LANES_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    let path = table(mb)?;
+    let n = 40_000;
+    println!("table {} MiB, {n} rows per gather, median of {runs} cold runs\n", mb);
+
+    if want("flags") {
+        println!("| setup flags | 4 KiB rows | 90 B rows |\n|---|---|---|");
+        let variants = [
+            ("plain", SetupFlags::PLAIN),
+            ("COOP_TASKRUN", SetupFlags { coop_taskrun: true, ..SetupFlags::PLAIN }),
+            ("COOP_TASKRUN + SINGLE_ISSUER", SetupFlags { coop_taskrun: true, single_issuer: true, defer_taskrun: false }),
+            ("SINGLE_ISSUER + DEFER_TASKRUN", SetupFlags { coop_taskrun: false, single_issuer: true, defer_taskrun: true }),
+        ];
+        for (name, setup) in variants {
+            let opts = UringOptions { setup, ..Default::default() };
+            let a = cold(&path, &opts, 4096, n, runs)?;
+            let b = cold(&path, &opts, 90, n, runs)?;
+            println!("| {name} | {:.1} ms ({}) | {:.1} ms ({}) |", ms(a), rate(n, a), ms(b), rate(n, b));
+        }
+        println!();
+    }
+    if want("depth") {
+        println!("| lanes \\ depth | 32 | 128 | 512 |\n|---|---|---|---|");
+        for lanes in [1, 2, 4] {
+            let mut line = format!("| {lanes} |");
+            for depth in [32, 128, 512] {
+                let opts = UringOptions { lanes, depth, split_threshold: 1, ..Default::default() };
+                let d = cold(&path, &opts, 4096, n, runs)?;
+                line += &format!(" {:.1} ms ({}) |", ms(d), rate(n, d));
+            }
+            println!("{line}");
+        }
+        println!("(4 KiB rows; with more than one lane every gather is split over all lanes)\n");
+    }
+    if want("split") {
+        println!("| gather rows | 1 lane | 2 lanes, split |\n|---|---|---|");
+        for rows in [100, 1_000, 4_000, 10_000, 40_000] {
+            let one = cold(&path, &UringOptions::default(), 4096, rows, runs)?;
+            let two = cold(&path, &UringOptions { lanes: 2, split_threshold: 1, ..Default::default() }, 4096, rows, runs)?;
+            println!("| {rows} | {:.2} ms | {:.2} ms ({:.2}x) |", ms(one), ms(two), ms(one) / ms(two));
+        }
+        println!();
+    }
+    if want("wake") {
+        // The cost of waking a sleeping lane: warm single-row gathers, one at a time.
+        let table = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, Default::default())?;
+        let ids = ids(99, 2000, table.rows());
+        for &id in &ids {
+            futures::executor::block_on(table.gather(&[id])?)?;
+        }
+        let t = Instant::now();
+        for &id in &ids {
+            futures::executor::block_on(table.gather(&[id])?)?;
+        }
+        let per = t.elapsed() / ids.len() as u32;
+        println!("one-row warm gather round trip (eventfd wake, O_DIRECT read): {:.1} us\n", per.as_secs_f64() * 1e6);
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
