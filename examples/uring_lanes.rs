@@ -17,6 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use eagerio::core::sys::DirectIo;
 use eagerio::uring::{SetupFlags, UringEngine, UringOptions};
 use eagerio::RowLayout;
 
@@ -107,8 +108,14 @@ fn main() -> AnyResult<()> {
         let variants = [
             ("plain", SetupFlags::PLAIN),
             ("COOP_TASKRUN", SetupFlags { coop_taskrun: true, ..SetupFlags::PLAIN }),
-            ("COOP_TASKRUN + SINGLE_ISSUER", SetupFlags { coop_taskrun: true, single_issuer: true, defer_taskrun: false }),
-            ("SINGLE_ISSUER + DEFER_TASKRUN", SetupFlags { coop_taskrun: false, single_issuer: true, defer_taskrun: true }),
+            (
+                "COOP_TASKRUN + SINGLE_ISSUER",
+                SetupFlags { coop_taskrun: true, single_issuer: true, defer_taskrun: false },
+            ),
+            (
+                "SINGLE_ISSUER + DEFER_TASKRUN",
+                SetupFlags { coop_taskrun: false, single_issuer: true, defer_taskrun: true },
+            ),
         ];
         for (name, setup) in variants {
             let opts = UringOptions { setup, ..Default::default() };
@@ -135,24 +142,31 @@ fn main() -> AnyResult<()> {
         println!("| gather rows | 1 lane | 2 lanes, split |\n|---|---|---|");
         for rows in [100, 1_000, 4_000, 10_000, 40_000] {
             let one = cold(&path, &UringOptions::default(), 4096, rows, runs)?;
-            let two = cold(&path, &UringOptions { lanes: 2, split_threshold: 1, ..Default::default() }, 4096, rows, runs)?;
+            let two =
+                cold(&path, &UringOptions { lanes: 2, split_threshold: 1, ..Default::default() }, 4096, rows, runs)?;
             println!("| {rows} | {:.2} ms | {:.2} ms ({:.2}x) |", ms(one), ms(two), ms(one) / ms(two));
         }
         println!();
     }
     if want("wake") {
-        // The cost of waking a sleeping lane: warm single-row gathers, one at a time.
-        let table = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, Default::default())?;
-        let ids = ids(99, 2000, table.rows());
-        for &id in &ids {
-            futures::executor::block_on(table.gather(&[id])?)?;
+        // The cost of waking a sleeping lane: warm single-row gathers, one at a time. Buffered
+        // reads of cached pages isolate the round trip (eventfd write, lane wake-up, completion,
+        // future wake-up); O_DIRECT adds the device's latency.
+        for (name, direct) in [("buffered, cached", DirectIo::Off), ("O_DIRECT", DirectIo::Auto)] {
+            let opts = UringOptions { direct, ..Default::default() };
+            let table = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts)?;
+            let ids = ids(99, 2000, table.rows());
+            for &id in &ids {
+                futures::executor::block_on(table.gather(&[id])?)?;
+            }
+            let t = Instant::now();
+            for &id in &ids {
+                futures::executor::block_on(table.gather(&[id])?)?;
+            }
+            let per = t.elapsed() / ids.len() as u32;
+            println!("one-row gather round trip, {name}: {:.1} us", per.as_secs_f64() * 1e6);
         }
-        let t = Instant::now();
-        for &id in &ids {
-            futures::executor::block_on(table.gather(&[id])?)?;
-        }
-        let per = t.elapsed() / ids.len() as u32;
-        println!("one-row warm gather round trip (eventfd wake, O_DIRECT read): {:.1} us\n", per.as_secs_f64() * 1e6);
+        println!();
     }
     Ok(())
 }

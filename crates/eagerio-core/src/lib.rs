@@ -36,7 +36,6 @@ pub mod plan;
 pub mod sink;
 pub mod staging;
 pub mod stats;
-#[cfg(not(eagerio_loom))]
 pub mod sys;
 
 #[cfg(feature = "conformance")]

@@ -29,12 +29,12 @@
 //! The module is generic over [`Ring`] so the same code runs over io_uring in production and
 //! over a simulated kernel under loom (`tests/loom_lane.rs`).
 
-use std::{collections::VecDeque, io, panic::AssertUnwindSafe, path::PathBuf};
+use std::{collections::VecDeque, io, panic::AssertUnwindSafe, path::PathBuf, sync::Arc};
 
 use eagerio_core::{
     error::panic_message,
     fault::{Action, Hook, IoKind, IoPoint},
-    loom::{lock, Arc, AtomicUsize, Mutex, Ordering},
+    loom::{lock, AtomicUsize, Mutex, Ordering},
     Error, JobHandle, Op, SlotLease, Staging, SyncOp, WriteEngine, WriteOp,
 };
 
