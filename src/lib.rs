@@ -28,6 +28,10 @@ pub use eagerio_core::{
 #[cfg(feature = "tokio")]
 pub use eagerio_tokio as tokio;
 
+/// The glommio backend: thread-per-core gathers and sinks over `DmaFile`, one executor each.
+#[cfg(feature = "glommio")]
+pub use eagerio_glommio as glommio;
+
 /// The io_uring backend: lanes, each owning a ring, registered staging and a file table.
 #[cfg(feature = "uring")]
 pub use eagerio_uring as uring;

@@ -1,0 +1,791 @@
+//! The gather benchmark: every eagerio backend against every baseline, in one run, on one table
+//! file, with a markdown report and SVG charts under `target/eagerio-bench/`.
+//!
+//! ```text
+//! cargo bench --bench gather                     # the full run: 2 GiB table, 3 runs per cell
+//! cargo bench --bench gather -- --smoke          # small table, one run (CI); or EAGERIO_BENCH_SMOKE=1
+//! ```
+//!
+//! Environment overrides: `EAGERIO_BENCH_MB` (table size), `EAGERIO_BENCH_RUNS`,
+//! `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`), `EAGERIO_BENCH_DIR` (output folder),
+//! `EAGERIO_BENCH_EVICT=fadvise` (never drop_caches, which empties every process's page cache).
+//! `benches/setup.sh` installs fio, the ceiling.
+//!
+//! Workloads:
+//! - W1 cold: random rows (drawn with replacement, fresh ids every run), the table's pages
+//!   evicted before every timed gather;
+//! - W2 warm: the same gathers after one untimed pass;
+//! - W3: a fan-out of 228 chunk writes, lazy deferred futures against the eager sink, with and
+//!   without 2 ms injected per write;
+//! - W4: scaling with gather size and with depth.
+//!
+//! Every output is checked against the fill function before its time counts: a wrong byte makes
+//! the cell FAILED.
+
+mod fio;
+mod methods;
+mod probe;
+mod report;
+mod sink;
+mod table;
+
+use std::{
+    fmt::Write as _,
+    fs::File,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use methods::{Env, Family, Method, Res};
+use report::{Cell, Sample};
+
+/// What to run; the full run's values unless smoke or the environment says otherwise.
+struct Config {
+    smoke: bool,
+    table_bytes: u64,
+    runs: usize,
+    rows: usize,
+    row_sizes: Vec<u64>,
+    w4_sizes: Vec<usize>,
+    w4_size_row: u64,
+    w4_depths: Vec<usize>,
+    w4_depth_rows: usize,
+    w4_depth_row: u64,
+    sink_chunks: usize,
+    sink_min: usize,
+    sink_max: usize,
+    sink_latency: Duration,
+    fio_secs: u32,
+    fio_jobs: Vec<(u64, u32)>,
+    only: Option<Vec<String>>,
+    dir: PathBuf,
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Res<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(name) {
+        Ok(s) => Ok(Some(s.trim().parse().map_err(|e| format!("{name}={s:?}: {e}"))?)),
+        Err(_) => Ok(None),
+    }
+}
+
+impl Config {
+    fn from_env() -> Res<Config> {
+        let smoke = std::env::args().any(|a| a == "--smoke")
+            || std::env::var("EAGERIO_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
+        let mb: u64 = env_parse("EAGERIO_BENCH_MB")?.unwrap_or(if smoke { 64 } else { 2048 });
+        let runs: usize = env_parse("EAGERIO_BENCH_RUNS")?.unwrap_or(if smoke { 1 } else { 3 });
+        let only = std::env::var("EAGERIO_BENCH_ONLY")
+            .ok()
+            .map(|s| s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect());
+        // Smoke runs (CI) keep their own table and report, so they never overwrite a full run's.
+        let dir = std::env::var_os("EAGERIO_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| {
+            let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-bench");
+            if smoke {
+                d.join("smoke")
+            } else {
+                d
+            }
+        });
+        let c = if smoke {
+            Config {
+                smoke,
+                table_bytes: mb << 20,
+                runs,
+                rows: 2_000,
+                row_sizes: vec![90, 4096, 5120],
+                w4_sizes: vec![1_000, 10_000],
+                w4_size_row: 90,
+                w4_depths: vec![1, 64],
+                w4_depth_rows: 2_000,
+                w4_depth_row: 4096,
+                sink_chunks: 228,
+                sink_min: 4 << 10,
+                sink_max: 64 << 10,
+                sink_latency: Duration::from_millis(2),
+                fio_secs: 1,
+                fio_jobs: vec![(4096, 128)],
+                only,
+                dir,
+            }
+        } else {
+            Config {
+                smoke,
+                table_bytes: mb << 20,
+                runs,
+                rows: 40_000,
+                row_sizes: vec![90, 4096, 5120],
+                w4_sizes: vec![1_000, 10_000, 100_000, 1_000_000],
+                w4_size_row: 90,
+                w4_depths: vec![1, 4, 16, 64, 128, 256, 512],
+                w4_depth_rows: 10_000,
+                w4_depth_row: 4096,
+                sink_chunks: 228,
+                sink_min: 100 << 10,
+                sink_max: 2 << 20,
+                sink_latency: Duration::from_millis(2),
+                fio_secs: 5,
+                fio_jobs: vec![(4096, 1), (4096, 32), (4096, 128), (512, 32), (512, 512)],
+                only,
+                dir,
+            }
+        };
+        if c.table_bytes < 16 << 20 {
+            return Err("EAGERIO_BENCH_MB must be at least 16".into());
+        }
+        Ok(c)
+    }
+
+    fn wants(&self, part: &str) -> bool {
+        self.only.as_ref().is_none_or(|o| o.iter().any(|x| x == part))
+    }
+
+    fn command(&self) -> String {
+        let mut envs = Vec::new();
+        for v in [
+            "EAGERIO_BENCH_MB",
+            "EAGERIO_BENCH_RUNS",
+            "EAGERIO_BENCH_ONLY",
+            "EAGERIO_BENCH_SMOKE",
+            "EAGERIO_BENCH_EVICT",
+        ] {
+            if let Ok(x) = std::env::var(v) {
+                envs.push(format!("{v}={x} "));
+            }
+        }
+        let smoke_arg = if std::env::args().any(|a| a == "--smoke") { " -- --smoke" } else { "" };
+        format!("{}cargo bench --bench gather{smoke_arg}", envs.concat())
+    }
+}
+
+/// Takes one timed, verified sample of `m` (after an untimed pass when warm).
+struct Probe {
+    disk: Option<probe::Disk>,
+    rss: probe::PeakRss,
+    table: File,
+}
+
+impl Probe {
+    fn sample(&self, env: &Env, m: &mut dyn Method, ids: &[u64], row_size: u64, cold: bool) -> Result<Sample, String> {
+        let r = self.sample_inner(env, m, ids, row_size, cold);
+        m.finish();
+        r
+    }
+
+    fn sample_inner(
+        &self,
+        env: &Env,
+        m: &mut dyn Method,
+        ids: &[u64],
+        row_size: u64,
+        cold: bool,
+    ) -> Result<Sample, String> {
+        let s = |e: Box<dyn std::error::Error>| e.to_string();
+        m.ready(env, cold).map_err(s)?;
+        if !cold {
+            let pass = m.run(env, ids).map_err(s)?;
+            table::verify_rows(&pass.bytes, ids, row_size).map_err(|e| format!("warm-up pass: {e}"))?;
+            drop(pass);
+            m.ready(env, false).map_err(s)?;
+        }
+        let resident0 = probe::resident_bytes(&self.table);
+        let disk0 = self.disk.as_ref().and_then(probe::Disk::counters);
+        let faults0 = probe::major_faults();
+        self.rss.reset();
+        let t = Instant::now();
+        let out = m.run(env, ids);
+        let elapsed = t.elapsed();
+        let faults = probe::major_faults() - faults0;
+        let disk = self.disk.as_ref().and_then(probe::Disk::counters).zip(disk0).map(|(a, b)| a.since(b));
+        let peak_rss = self.rss.read();
+        let out = out.map_err(s)?;
+        let resident1 = probe::resident_bytes(&self.table);
+        table::verify_rows(&out.bytes, ids, row_size)?;
+        Ok(Sample {
+            elapsed,
+            rows: ids.len(),
+            useful: out.bytes.len() as u64,
+            reads: out.reads,
+            disk,
+            major_faults: faults,
+            cache_growth: resident1 as i64 - resident0 as i64,
+            peak_rss,
+        })
+    }
+}
+
+/// Records a sample (or the failure) into `cell`, printing progress.
+fn record(cell: &mut Cell, r: Result<Sample, String>, what: &str, notes: &mut Vec<String>) {
+    match r {
+        Ok(s) => {
+            eprintln!("  {what}: {:.1} ms, {:.0} rows/s", s.elapsed.as_secs_f64() * 1e3, s.rows_per_s());
+            cell.samples.push(s);
+        }
+        Err(e) => {
+            eprintln!("  {what}: FAILED: {e}");
+            if cell.failed.is_none() {
+                notes.push(format!("FAILED: {what}: {e}"));
+            }
+            cell.failed.get_or_insert(e);
+        }
+    }
+}
+
+/// Prepares `m` for `row_size`; an unavailable method (say glommio without io_uring) is noted
+/// and skipped, not failed.
+fn prepare(env: &Env, m: &mut dyn Method, row_size: u64, notes: &mut Vec<String>) -> bool {
+    match m.prepare(env, row_size) {
+        Ok(()) => {
+            // One note per distinct detail (the depth sweep opens the same engine many times).
+            if let Some(d) = m.detail() {
+                if !notes.iter().any(|n| n.ends_with(&format!(": {d}"))) {
+                    notes.push(format!("{}: {d}", m.name()));
+                }
+            }
+            true
+        }
+        Err(e) => {
+            let n = format!("{}: not measured at {row_size} B rows: {e}", m.name());
+            eprintln!("  {n}");
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+            false
+        }
+    }
+}
+
+fn seed(workload: u64, row_size: u64, size: usize, run: usize) -> u64 {
+    table::mix(workload << 56 ^ row_size << 32 ^ (size as u64) << 8 ^ run as u64)
+}
+
+fn bytes_label(b: u64) -> String {
+    if b >= 1024 && b % 1024 == 0 {
+        format!("{} KiB", b / 1024)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn main() -> Res<()> {
+    let started = Instant::now();
+    let cfg = Config::from_env()?;
+    let (path, written) = {
+        let t = Instant::now();
+        let (p, w) = table::ensure(&cfg.dir, cfg.table_bytes)?;
+        if w {
+            eprintln!("table: wrote and synced {} in {:.1} s", p.display(), t.elapsed().as_secs_f64());
+        } else {
+            eprintln!("table: reusing {} (size and tag match)", p.display());
+        }
+        (p, w)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let env = Env { path: path.clone(), rt };
+    let disk = probe::Disk::of(&path);
+    match std::env::var("EAGERIO_BENCH_EVICT").as_deref() {
+        Ok("fadvise") => probe::fadvise_only(),
+        Ok("drop_caches") | Err(_) => {}
+        Ok(other) => return Err(format!("EAGERIO_BENCH_EVICT={other:?}: use fadvise or drop_caches").into()),
+    }
+    let evict_how = probe::evict(&path)?;
+    let pr = Probe { disk: disk.clone(), rss: probe::PeakRss::new(), table: File::open(&path)? };
+    let machine = probe::machine(&path, disk.as_ref());
+    eprintln!("machine: {machine}");
+    let mut notes: Vec<String> = Vec::new();
+    let direct = {
+        let _g = env.rt.enter();
+        eagerio::tokio::TokioEngine::open_blocking(&path, Default::default())
+            .map(|s| s.engine().is_direct())
+            .unwrap_or(false)
+    };
+
+    // fio, the ceiling.
+    let mut fio_results = Vec::new();
+    let fio_note;
+    if !cfg.wants("fio") {
+        fio_note = "fio: not run (EAGERIO_BENCH_ONLY)".to_string();
+    } else if fio::available() {
+        for &(bs, qd) in &cfg.fio_jobs {
+            eprintln!("fio: {bs} B random direct reads, io_uring, QD {qd}, {} s", cfg.fio_secs);
+            match fio::run(&path, bs, qd, cfg.fio_secs) {
+                Ok(r) => fio_results.push(r),
+                Err(e) => notes.push(format!("fio {bs} B QD {qd}: {e}")),
+            }
+        }
+        fio_note = String::new();
+    } else {
+        fio_note = "fio: not installed (run benches/setup.sh)".to_string();
+        println!("{fio_note}");
+    }
+    let fio_ceiling = fio_results.iter().find(|r| r.bs == 4096 && r.depth == 128).map(|r| r.iops);
+
+    // W1 cold and W2 warm.
+    let mut w1: Vec<Cell> = Vec::new();
+    if cfg.wants("w1") {
+        let mut ms = methods::all_methods();
+        for &rs in &cfg.row_sizes {
+            let rows = cfg.table_bytes / rs;
+            let label = bytes_label(rs);
+            eprintln!("W1/W2: {} rows of {label} per gather, {} runs", cfg.rows, cfg.runs);
+            let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
+            let mut cells: Vec<[Cell; 2]> = ms
+                .iter()
+                .map(|m| {
+                    let cell = |cache: &str| {
+                        let params = vec![cfg.rows.to_string(), label.clone(), cache.to_string()];
+                        Cell::new(params, format!("W1 {rs} {cache}"), m.name(), m.family())
+                    };
+                    [cell("cold"), cell("warm")]
+                })
+                .collect();
+            for run in 0..cfg.runs {
+                let ids = table::ids(seed(1, rs, cfg.rows, run), cfg.rows, rows);
+                for (mi, m) in ms.iter_mut().enumerate() {
+                    if !ok[mi] {
+                        continue;
+                    }
+                    let name = m.name();
+                    let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
+                    record(&mut cells[mi][0], r, &format!("{label} run {run} {name} cold"), &mut notes);
+                    let r = pr.sample(&env, m.as_mut(), &ids, rs, false);
+                    record(&mut cells[mi][1], r, &format!("{label} run {run} {name} warm"), &mut notes);
+                }
+            }
+            let (cold, warm): (Vec<_>, Vec<_>) = cells.into_iter().map(|[c, w]| (c, w)).unzip();
+            w1.extend(cold.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
+            w1.extend(warm.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
+        }
+    }
+
+    // W3, the fan-out sink.
+    let mut w3: Vec<sink::SinkCell> = Vec::new();
+    let sink_opts = eagerio::SinkOptions::default();
+    let mut sink_total = 0u64;
+    if cfg.wants("w3") {
+        let chunks = sink::chunks(cfg.sink_chunks, cfg.sink_min, cfg.sink_max);
+        sink_total = chunks.iter().map(|(_, b)| b.len() as u64).sum();
+        let out = cfg.dir.join("sink.bin");
+        eprintln!("W3: {} chunks, {:.1} MB, {} runs", chunks.len(), sink_total as f64 / 1e6, cfg.runs);
+        for latency in [None, Some(cfg.sink_latency)] {
+            let lat = latency.map_or_else(|| "none".to_string(), |l| format!("{} ms", l.as_millis()));
+            for eager in [false, true] {
+                let name =
+                    if eager { "eagerio sink (TokioWriter, append)" } else { "deferred futures, awaited in order" };
+                let mut runs = Vec::new();
+                let mut failed = None;
+                for run in 0..cfg.runs {
+                    let r = if eager {
+                        sink::eager(&env.rt, &out, &chunks, latency, sink_opts)
+                    } else {
+                        sink::deferred(&env.rt, &out, &chunks, latency)
+                    };
+                    let r = r.map_err(|e| e.to_string()).and_then(|r| table::verify_file(&out, sink_total).map(|()| r));
+                    let _ = std::fs::remove_file(&out);
+                    match r {
+                        Ok(r) => {
+                            eprintln!("  latency {lat} run {run} {name}: {:.1} ms", r.elapsed.as_secs_f64() * 1e3);
+                            runs.push(r);
+                        }
+                        Err(e) => {
+                            eprintln!("  latency {lat} run {run} {name}: FAILED: {e}");
+                            notes.push(format!("FAILED: W3 {name} latency {lat}: {e}"));
+                            failed = Some(e);
+                        }
+                    }
+                }
+                let median = if failed.is_some() {
+                    None
+                } else {
+                    let mut v = runs.clone();
+                    v.sort_by_key(|r| r.elapsed);
+                    v.get(v.len() / 2).copied()
+                };
+                w3.push(sink::SinkCell { latency: lat.clone(), method: name.to_string(), median, failed });
+            }
+        }
+    }
+
+    // W4, scaling with gather size and depth.
+    let mut w4_size: Vec<Cell> = Vec::new();
+    let mut w4_depth: Vec<Cell> = Vec::new();
+    if cfg.wants("w4") {
+        let rs = cfg.w4_size_row;
+        let rows = cfg.table_bytes / rs;
+        let mut ms = methods::eagerio_backends();
+        ms.push(Box::new(methods::PoolPread::new(32)));
+        ms.push(Box::new(methods::Mmap::new(false)));
+        ms.push(Box::new(methods::OnGlommio::read_many(128)));
+        let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
+        for &n in &cfg.w4_sizes {
+            eprintln!("W4 size: {n} rows of {} cold, {} runs", bytes_label(rs), cfg.runs);
+            let mut cells: Vec<Cell> = ms
+                .iter()
+                .map(|m| Cell::new(vec![n.to_string(), bytes_label(rs)], format!("W4 size {n}"), m.name(), m.family()))
+                .collect();
+            for run in 0..cfg.runs {
+                let ids = table::ids(seed(4, rs, n, run), n, rows);
+                for (mi, m) in ms.iter_mut().enumerate() {
+                    if ok[mi] {
+                        let name = m.name();
+                        let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
+                        record(&mut cells[mi], r, &format!("{n} rows run {run} {name}"), &mut notes);
+                    }
+                }
+            }
+            w4_size.extend(cells.into_iter().zip(&ok).filter(|(_, &ok)| ok).map(|(c, _)| c));
+        }
+        drop(ms);
+
+        let rs = cfg.w4_depth_row;
+        let rows = cfg.table_bytes / rs;
+        let n = cfg.w4_depth_rows;
+        for &d in &cfg.w4_depths {
+            eprintln!("W4 depth {d}: {n} rows of {} cold, {} runs", bytes_label(rs), cfg.runs);
+            let mut ms = methods::eagerio_at_depth(d);
+            ms.push(Box::new(methods::OnGlommio::read_many(d)));
+            ms.push(Box::new(methods::PoolPread::new(d)));
+            let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
+            let mut cells: Vec<Cell> = ms
+                .iter()
+                .map(|m| {
+                    let params = vec![d.to_string(), n.to_string(), bytes_label(rs)];
+                    Cell::new(params, format!("W4 depth {d}"), m.name(), m.family())
+                })
+                .collect();
+            for run in 0..cfg.runs {
+                let ids = table::ids(seed(5, rs, n, run), n, rows);
+                for (mi, m) in ms.iter_mut().enumerate() {
+                    if ok[mi] {
+                        let name = m.name();
+                        let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
+                        record(&mut cells[mi], r, &format!("depth {d} run {run} {name}"), &mut notes);
+                    }
+                }
+            }
+            w4_depth.extend(cells.into_iter().zip(&ok).filter(|(_, &ok)| ok).map(|(c, _)| c));
+        }
+    }
+
+    // The report.
+    let mut md = String::new();
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let _ = writeln!(md, "# eagerio gather benchmark{}\n", if cfg.smoke { " (smoke)" } else { "" });
+    let _ = writeln!(md, "`{}`, {date}, {:.0} s in all.\n", cfg.command(), started.elapsed().as_secs_f64());
+    let _ = writeln!(md, "- machine: {machine}");
+    let _ = writeln!(
+        md,
+        "- table: `{}`, {} MiB{}",
+        path.display(),
+        cfg.table_bytes >> 20,
+        if written { " (written by this run)" } else { " (reused)" }
+    );
+    let _ = writeln!(md, "- cold = the table's pages evicted before every timed gather: {}", evict_how.describe());
+    let _ = writeln!(
+        md,
+        "- median of {} run(s) per cell; fresh random row ids (with replacement) every run, the same ids for every method in a run",
+        cfg.runs
+    );
+    let _ = writeln!(
+        md,
+        "- eagerio tokio reads with O_DIRECT: {direct} (so its warm runs still go to the device); buffered baselines use the page cache"
+    );
+    let _ = writeln!(
+        md,
+        "- every output was checked against the fill function before its time counted; counters are from the median run; \
+         device counters are the whole disk's ({}) and include other processes' I/O; page cache +MB is the table's resident \
+         growth over the run (mincore); peak RSS is {}",
+        disk.as_ref().map_or("not found", |d| d.name.as_str()),
+        if pr.rss.is_per_run() {
+            "the run's high-water mark over its starting RSS (malloc_trim, then VmHWM reset via /proc/self/clear_refs)"
+        } else {
+            "process-wide ru_maxrss (monotonic)"
+        }
+    );
+    let _ = writeln!(md, "- vs best baseline: rows/s over the best baseline's in the same cell; vs fio: rows/s over fio 4 KiB QD128 IOPS\n");
+
+    let _ = writeln!(md, "## fio, the ceiling (random direct reads, io_uring, {} s each)\n", cfg.fio_secs);
+    if fio_results.is_empty() {
+        let _ = writeln!(md, "{}\n", if fio_note.is_empty() { "fio: no result" } else { &fio_note });
+    } else {
+        let _ = writeln!(md, "| block | iodepth | IOPS | MB/s |\n|---:|---:|---:|---:|");
+        for r in &fio_results {
+            let _ =
+                writeln!(md, "| {} | {} | {:.0} | {:.1} |", bytes_label(r.bs), r.depth, r.iops, r.bytes_per_s / 1e6);
+        }
+        let _ = writeln!(md);
+    }
+
+    if !w1.is_empty() {
+        let _ = writeln!(md, "## W1 cold and W2 warm: random-row gathers\n");
+        let _ = writeln!(md, "{}", report::gather_table(&["rows", "row size", "cache"], &w1, fio_ceiling));
+    }
+    if !w3.is_empty() {
+        let _ = writeln!(
+            md,
+            "## W3: fan-out sink, {} chunks of {}-{} ({:.1} MB) at reserved offsets, then fdatasync\n",
+            cfg.sink_chunks,
+            bytes_label(cfg.sink_min as u64),
+            bytes_label(cfg.sink_max as u64),
+            sink_total as f64 / 1e6
+        );
+        let _ = writeln!(
+            md,
+            "| injected latency per write | method | median ms | MB/s | writes started before the wait loop | peak in-flight MB | in-flight bound MB | vs deferred |"
+        );
+        let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|");
+        for c in &w3 {
+            let (lat, name) = (&c.latency, &c.method);
+            let base = w3.iter().find(|x| &x.latency == lat && !x.is_eager()).and_then(|x| x.median);
+            match (c.median, &c.failed) {
+                (Some(m), None) => {
+                    let ratio = base.map_or_else(
+                        || "-".into(),
+                        |b| format!("{:.2}x", b.elapsed.as_secs_f64() / m.elapsed.as_secs_f64()),
+                    );
+                    let _ = writeln!(
+                        md,
+                        "| {lat} | {name} | {:.1} | {:.1} | {} of {} | {} | {} | {ratio} |",
+                        m.elapsed.as_secs_f64() * 1e3,
+                        sink_total as f64 / 1e6 / m.elapsed.as_secs_f64(),
+                        m.started_before_wait,
+                        cfg.sink_chunks,
+                        m.peak_in_flight.map_or_else(|| "-".into(), |p| format!("{:.1}", p as f64 / 1e6)),
+                        if c.is_eager() {
+                            format!("{:.1}", sink_opts.max_in_flight_bytes as f64 / 1e6)
+                        } else {
+                            "-".into()
+                        },
+                    );
+                }
+                _ => {
+                    let _ = writeln!(md, "| {lat} | {name} | FAILED | FAILED | - | - | - | - |");
+                }
+            }
+        }
+        let _ =
+            writeln!(md, "\nThe output file was read back and checked against the fill function after every run.\n");
+    }
+    if !w4_size.is_empty() {
+        let _ = writeln!(md, "## W4: gather size (cold)\n");
+        let _ = writeln!(md, "{}", report::gather_table(&["rows", "row size"], &w4_size, fio_ceiling));
+    }
+    if !w4_depth.is_empty() {
+        let _ = writeln!(
+            md,
+            "## W4: depth (cold; eagerio tokio blocking workers, glommio read_many concurrency, pool threads)\n"
+        );
+        let _ = writeln!(md, "{}", report::gather_table(&["depth", "rows", "row size"], &w4_depth, fio_ceiling));
+    }
+
+    let _ = writeln!(md, "## Targets (reported, not asserted)\n");
+    for t in targets(&w1, &w3, fio_ceiling) {
+        let _ = writeln!(md, "- {t}");
+    }
+    let _ = writeln!(md, "- planner <= 50 ns/row at 40k rows: see `cargo bench --bench planner`\n");
+    if !notes.is_empty() {
+        let _ = writeln!(md, "## Notes\n");
+        for n in &notes {
+            let _ = writeln!(md, "- {n}");
+        }
+        let _ = writeln!(md);
+    }
+
+    let charts = draw_charts(&cfg.dir, &w1, &w4_size, &w4_depth, &fio_results);
+    let _ = writeln!(md, "Charts: {}", charts.join(", "));
+    println!("{md}");
+    let report_path = cfg.dir.join("report.md");
+    std::fs::write(&report_path, &md)?;
+    eprintln!("report: {}", report_path.display());
+    let failed =
+        w1.iter().chain(&w4_size).chain(&w4_depth).any(|c| c.failed.is_some()) || w3.iter().any(|x| x.failed.is_some());
+    if failed {
+        return Err("some method's output was wrong or it failed (see FAILED above)".into());
+    }
+    Ok(())
+}
+
+/// The issue's targets, each with what this run measured.
+fn targets(w1: &[Cell], w3: &[sink::SinkCell], fio: Option<f64>) -> Vec<String> {
+    let mut t = Vec::new();
+    let find = |group: &str, method: &str| w1.iter().find(|c| c.group == group && c.method == method);
+    let cold4k: Vec<&Cell> = w1.iter().filter(|c| c.group == "W1 4096 cold" && c.family == Family::Eagerio).collect();
+    let uring = cold4k.iter().find(|c| c.method.contains("uring"));
+    let mut s = String::from("cold 4 KiB, uring >= 1.3x fio QD128 IOPS: ");
+    match (uring, fio) {
+        (Some(c), Some(f)) => {
+            let r = c.rows_per_s().map_or(0.0, |x| x / f);
+            let _ = write!(s, "{r:.2}x ({})", if r >= 1.3 { "met" } else { "not met" });
+        }
+        (None, _) => s.push_str("not measured (the uring backend is not wired in yet)"),
+        (_, None) => s.push_str("not measured (no fio result)"),
+    }
+    for c in &cold4k {
+        if let (Some(r), Some(f)) = (c.rows_per_s(), fio) {
+            let _ = write!(s, "; {} {:.2}x", c.method, r / f);
+        }
+    }
+    t.push(s);
+
+    let mmap = find("W1 90 cold", "mmap + memcpy").and_then(Cell::rows_per_s);
+    let mut s = String::from("cold 90 B, every eagerio backend >= 11x mmap (default advice): ");
+    let mut parts = Vec::new();
+    for c in w1.iter().filter(|c| c.group == "W1 90 cold" && c.family == Family::Eagerio) {
+        match (c.rows_per_s(), mmap) {
+            (Some(r), Some(m)) => {
+                let x = r / m;
+                parts.push(format!("{} {x:.2}x ({})", c.method, if x >= 11.0 { "met" } else { "not met" }))
+            }
+            _ => parts.push(format!("{} not measured", c.method)),
+        }
+    }
+    s.push_str(if parts.is_empty() { "not measured".into() } else { parts.join("; ") }.as_str());
+    t.push(s);
+
+    let slow: Vec<_> = w3.iter().filter(|x| x.latency != "none").collect();
+    let d = slow.iter().find(|x| !x.is_eager()).and_then(|x| x.median);
+    let e = slow.iter().find(|x| x.is_eager()).and_then(|x| x.median);
+    let mut s = String::from("sink at 2 ms per write, >= 8x over deferred with in-flight memory bounded: ");
+    match (d, e) {
+        (Some(d), Some(e)) => {
+            let x = d.elapsed.as_secs_f64() / e.elapsed.as_secs_f64();
+            let peak = e.peak_in_flight.unwrap_or(0);
+            let bound = eagerio::SinkOptions::default().max_in_flight_bytes as u64;
+            let _ = write!(
+                s,
+                "{x:.2}x ({}), peak in flight {:.1} MB under the {:.1} MB bound: {}",
+                if x >= 8.0 { "met" } else { "not met" },
+                peak as f64 / 1e6,
+                bound as f64 / 1e6,
+                if peak <= bound {
+                    "bounded"
+                } else {
+                    "over the bound (one write larger than the bound may run alone)"
+                }
+            );
+        }
+        _ => s.push_str("not measured"),
+    }
+    t.push(s);
+    t
+}
+
+/// Writes the SVG charts; returns their file names (or why one failed).
+fn draw_charts(dir: &Path, w1: &[Cell], w4_size: &[Cell], w4_depth: &[Cell], fio: &[fio::FioResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut done = |name: &str, r: Result<(), String>| match r {
+        Ok(()) => out.push(format!("`{}`", dir.join(name).display())),
+        Err(e) => out.push(format!("{name} failed: {e}")),
+    };
+    for (cache, file, title) in [
+        ("cold", "w1-cold.svg", "W1 cold random-row gathers: rows/s by row size"),
+        ("warm", "w2-warm.svg", "W2 warm random-row gathers: rows/s by row size"),
+    ] {
+        let cells: Vec<&Cell> = w1.iter().filter(|c| c.params.get(2).is_some_and(|p| p == cache)).collect();
+        if cells.is_empty() {
+            continue;
+        }
+        let mut groups: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for c in &cells {
+            if !groups.contains(&c.params[1]) {
+                groups.push(c.params[1].clone());
+            }
+            if !names.contains(&c.method) {
+                names.push(c.method.clone());
+            }
+        }
+        let series: Vec<(String, Vec<Option<f64>>)> = names
+            .iter()
+            .map(|n| {
+                let v = groups
+                    .iter()
+                    .map(|g| cells.iter().find(|c| &c.method == n && &c.params[1] == g).and_then(|c| c.rows_per_s()))
+                    .collect();
+                (n.clone(), v)
+            })
+            .collect();
+        done(file, report::bar_chart(&dir.join(file), title, &groups, &series));
+    }
+    let lines = |cells: &[Cell], x_of: &dyn Fn(&Cell) -> f64| {
+        let mut names: Vec<String> = Vec::new();
+        for c in cells {
+            if !names.contains(&c.method) {
+                names.push(c.method.clone());
+            }
+        }
+        names
+            .iter()
+            .map(|n| {
+                let pts = cells
+                    .iter()
+                    .filter(|c| &c.method == n)
+                    .filter_map(|c| c.rows_per_s().map(|r| (x_of(c), r)))
+                    .collect();
+                (n.clone(), pts)
+            })
+            .collect::<Vec<(String, Vec<(f64, f64)>)>>()
+    };
+    if !w4_depth.is_empty() {
+        // One series per backend family: strip the depth suffix from the name.
+        let renamed: Vec<Cell> = w4_depth
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.method = family_name(&c.method);
+                c
+            })
+            .collect();
+        let mut series = lines(&renamed, &|c| c.params[0].parse().unwrap_or(1.0));
+        let fio4k: Vec<(f64, f64)> = fio.iter().filter(|r| r.bs == 4096).map(|r| (r.depth as f64, r.iops)).collect();
+        if !fio4k.is_empty() {
+            series.push(("fio 4 KiB randread IOPS".into(), fio4k));
+        }
+        done(
+            "w4-depth.svg",
+            report::line_chart(
+                &dir.join("w4-depth.svg"),
+                "W4 cold 4 KiB rows: rows/s by depth",
+                "depth (reads in flight)",
+                &series,
+            ),
+        );
+    }
+    if !w4_size.is_empty() {
+        let series = lines(w4_size, &|c| c.params[0].parse().unwrap_or(1.0));
+        done(
+            "w4-size.svg",
+            report::line_chart(
+                &dir.join("w4-size.svg"),
+                "W4 cold 90 B rows: rows/s by gather size",
+                "rows per gather",
+                &series,
+            ),
+        );
+    }
+    out
+}
+
+/// The series a depth-sweep method belongs to: its name without the depth (`eagerio tokio d16` ->
+/// `eagerio tokio`, `eagerio uring l2 d16` -> `eagerio uring l2`).
+fn family_name(method: &str) -> String {
+    if method.starts_with("sorted pread x") {
+        return "sorted pread (threads = depth)".into();
+    }
+    let mut words: Vec<&str> = method.split(' ').collect();
+    if words.last().is_some_and(|w| w.len() > 1 && w.starts_with('d') && w[1..].parse::<u32>().is_ok()) {
+        words.pop();
+    }
+    let name = words.join(" ");
+    if name == "eagerio uring" {
+        "eagerio uring l1".into()
+    } else {
+        name
+    }
+}

@@ -1,0 +1,677 @@
+//! The gather methods: eagerio backends and the baselines, behind one small trait.
+//!
+//! A method is prepared once per row size (untimed: open files, start executors), readied before
+//! every timed run (untimed: evict when cold, map afresh), then run. The harness times `run`
+//! whole and checks its output against the fill function before the time counts.
+//!
+//! Adding an eagerio backend is a few lines: wrap its `RowTable` in [`Eager`] with an opener
+//! (see [`eager_tokio`] and the slots in [`eagerio_backends`]).
+
+use std::{
+    fs::File,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    sync::{mpsc, Arc, Mutex},
+    thread::JoinHandle,
+};
+
+use bytes::Bytes;
+use eagerio::core::{ReadEngine, RowLayout, RowTable};
+use eagerio::tokio::{TokioEngine, TokioOptions};
+
+use crate::probe;
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// What every method can use.
+pub struct Env {
+    pub path: PathBuf,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Env {
+    /// Evicts the table's pages (drop_caches or fadvise).
+    pub fn evict(&self) -> Res<()> {
+        probe::evict(&self.path)?;
+        Ok(())
+    }
+}
+
+/// Whether a method is one of eagerio's backends or a baseline (ratios are against the best
+/// baseline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Eagerio,
+    Baseline,
+}
+
+/// One timed run's result.
+pub struct RunOut {
+    /// The rows, back to back in request order.
+    pub bytes: Bytes,
+    /// Reads the method issued (syscalls or submissions), where it knows.
+    pub reads: Option<u64>,
+}
+
+/// A gather method.
+pub trait Method {
+    fn name(&self) -> String;
+    fn family(&self) -> Family;
+    /// Untimed, once per row size.
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()>;
+    /// Untimed, before every run (timed or warm-up): evict when `cold`.
+    fn ready(&mut self, env: &Env, cold: bool) -> Res<()> {
+        if cold {
+            env.evict()?;
+        }
+        Ok(())
+    }
+    /// The gather: timed by the caller.
+    fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut>;
+    /// Untimed, after every sample: drop whatever would keep the table's pages resident (a
+    /// live mapping), so the next method's cold run starts cold.
+    fn finish(&mut self) {}
+    /// How the prepared method reads, for the report's notes.
+    fn detail(&self) -> Option<String> {
+        None
+    }
+}
+
+fn row_size_or_err(rs: Option<u64>) -> Res<u64> {
+    rs.ok_or_else(|| "method used before prepare".into())
+}
+
+// ---------------------------------------------------------------------------------------------
+// eagerio backends
+
+type Opener<E> = Box<dyn Fn(&Env, RowLayout) -> Res<RowTable<E>>>;
+
+/// Any eagerio backend whose gather futures can be awaited from the bench's tokio runtime.
+pub struct Eager<E> {
+    name: String,
+    open: Opener<E>,
+    describe: fn(&RowTable<E>) -> String,
+    table: Option<RowTable<E>>,
+}
+
+impl<E: ReadEngine> Eager<E> {
+    /// `open` makes the table (untimed); `describe` says how the opened engine reads (for the
+    /// report's notes: direct or buffered, fallbacks).
+    pub fn new(
+        name: impl Into<String>,
+        open: impl Fn(&Env, RowLayout) -> Res<RowTable<E>> + 'static,
+        describe: fn(&RowTable<E>) -> String,
+    ) -> Eager<E> {
+        Eager { name: name.into(), open: Box::new(open), describe, table: None }
+    }
+}
+
+impl<E: ReadEngine> Method for Eager<E> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn family(&self) -> Family {
+        Family::Eagerio
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.table = None;
+        self.table = Some((self.open)(env, RowLayout { base: 0, row_size, rows: None })?);
+        Ok(())
+    }
+
+    fn detail(&self) -> Option<String> {
+        self.table.as_ref().map(self.describe)
+    }
+
+    fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut> {
+        let table = self.table.as_ref().ok_or("method used before prepare")?;
+        let before = table.stats().reads;
+        let fut = table.gather(ids)?; // the reads are in flight from here
+        let bytes = env.rt.block_on(fut)?;
+        Ok(RunOut { bytes, reads: Some(table.stats().reads - before) })
+    }
+}
+
+/// eagerio's tokio backend with `depth` blocking workers per gather (default options otherwise).
+pub fn eager_tokio(depth: usize) -> Eager<TokioEngine> {
+    let name = if depth == TokioOptions::default().depth {
+        "eagerio tokio".to_string()
+    } else {
+        format!("eagerio tokio d{depth}")
+    };
+    Eager::new(
+        name,
+        move |env, layout| {
+            let _guard = env.rt.enter();
+            let opts = TokioOptions { depth, ..TokioOptions::default() };
+            Ok(TokioEngine::open_blocking(&env.path, opts)?.rows(layout)?)
+        },
+        |t| format!("O_DIRECT {}", t.source().engine().is_direct()),
+    )
+}
+
+/// eagerio's io_uring backend: `lanes` rings of `depth` reads each (default options otherwise).
+#[cfg(feature = "uring")]
+pub fn eager_uring(lanes: usize, depth: usize) -> Eager<eagerio::uring::UringEngine> {
+    use eagerio::uring::{UringEngine, UringOptions};
+    let d = UringOptions::default();
+    let name = if (lanes, depth) == (d.lanes, d.depth) {
+        "eagerio uring".to_string()
+    } else {
+        format!("eagerio uring l{lanes} d{depth}")
+    };
+    Eager::new(
+        name,
+        move |env, layout| {
+            // Inside the runtime, so the tokio fallback (if io_uring is refused) can start.
+            let _guard = env.rt.enter();
+            let opts = UringOptions { lanes, depth, ..UringOptions::default() };
+            Ok(UringEngine::open_blocking(&env.path, opts)?.rows(layout)?)
+        },
+        |t| {
+            let e = t.source().engine();
+            let why = e.fallback_reason().map(|r| format!(" ({r})")).unwrap_or_default();
+            format!("mode {:?}{why}, {} lane(s), O_DIRECT {}", e.mode(), e.lanes(), e.is_direct())
+        },
+    )
+}
+
+/// Every eagerio backend at its default depth, for W1/W2 and the W4 size sweep. A new backend
+/// is one more line here (and in [`eagerio_at_depth`]).
+#[allow(clippy::vec_init_then_push)] // the pushes depend on the backend features
+pub fn eagerio_backends() -> Vec<Box<dyn Method>> {
+    let mut v: Vec<Box<dyn Method>> = Vec::new();
+    v.push(Box::new(eager_tokio(TokioOptions::default().depth)));
+    #[cfg(feature = "uring")]
+    v.push(Box::new(eager_uring(1, 128)));
+    #[cfg(feature = "glommio")]
+    v.push(Box::new(OnGlommio::eager(128)));
+    v
+}
+
+/// eagerio backends at a given in-flight depth (per lane for uring, lanes 1 to 4), for the W4
+/// depth sweep.
+#[allow(clippy::vec_init_then_push)] // the pushes depend on the backend features
+pub fn eagerio_at_depth(depth: usize) -> Vec<Box<dyn Method>> {
+    let mut v: Vec<Box<dyn Method>> = Vec::new();
+    v.push(Box::new(eager_tokio(depth)));
+    #[cfg(feature = "uring")]
+    for lanes in 1..=4 {
+        v.push(Box::new(eager_uring(lanes, depth)));
+    }
+    #[cfg(feature = "glommio")]
+    v.push(Box::new(OnGlommio::eager(depth)));
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// baselines
+
+/// `mmap` + `memcpy` of each row, with the kernel's default advice or `MADV_RANDOM`.
+pub struct Mmap {
+    random: bool,
+    file: Option<File>,
+    map: Option<memmap2::Mmap>,
+    row_size: Option<u64>,
+}
+
+impl Mmap {
+    pub fn new(random: bool) -> Mmap {
+        Mmap { random, file: None, map: None, row_size: None }
+    }
+}
+
+impl Method for Mmap {
+    fn name(&self) -> String {
+        if self.random { "mmap + MADV_RANDOM" } else { "mmap + memcpy" }.into()
+    }
+
+    fn family(&self) -> Family {
+        Family::Baseline
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.map = None;
+        self.file = Some(File::open(&env.path)?);
+        self.row_size = Some(row_size);
+        Ok(())
+    }
+
+    /// A fresh mapping for every sample (dropped in `finish`): the kernel does not evict pages a
+    /// live mapping holds. A warm sample keeps its mapping from the untimed pass.
+    fn ready(&mut self, env: &Env, cold: bool) -> Res<()> {
+        if cold {
+            self.map = None;
+            env.evict()?;
+        }
+        if self.map.is_none() {
+            let file = self.file.as_ref().ok_or("method used before prepare")?;
+            // SAFETY: the bench owns the table and nothing truncates or writes it while mapped.
+            let map = unsafe { memmap2::Mmap::map(file)? };
+            if self.random {
+                map.advise(memmap2::Advice::Random)?;
+            }
+            self.map = Some(map);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        self.map = None;
+    }
+
+    fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
+        let rs = row_size_or_err(self.row_size)? as usize;
+        let map = self.map.as_ref().ok_or("mmap method run before ready")?;
+        let mut out = Vec::with_capacity(ids.len() * rs);
+        for &id in ids {
+            let o = id as usize * rs;
+            out.extend_from_slice(&map[o..o + rs]);
+        }
+        Ok(RunOut { bytes: out.into(), reads: None })
+    }
+}
+
+/// One buffered `pread` per row, in request order, on the calling thread.
+pub struct SerialPread {
+    file: Option<File>,
+    row_size: Option<u64>,
+}
+
+impl SerialPread {
+    pub fn new() -> SerialPread {
+        SerialPread { file: None, row_size: None }
+    }
+}
+
+impl Method for SerialPread {
+    fn name(&self) -> String {
+        "serial pread".into()
+    }
+
+    fn family(&self) -> Family {
+        Family::Baseline
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.file = Some(File::open(&env.path)?);
+        self.row_size = Some(row_size);
+        Ok(())
+    }
+
+    fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
+        let rs = row_size_or_err(self.row_size)?;
+        let file = self.file.as_ref().ok_or("method used before prepare")?;
+        let mut out = vec![0u8; ids.len() * rs as usize];
+        for (chunk, &id) in out.chunks_exact_mut(rs as usize).zip(ids) {
+            file.read_exact_at(chunk, id * rs)?;
+        }
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64) })
+    }
+}
+
+/// Sorts and deduplicates the ids: the distinct rows in file order, and for every request the
+/// index of its row among them.
+fn sort_dedup(ids: &[u64]) -> (Vec<u64>, Vec<u32>) {
+    let mut order: Vec<(u64, u32)> = ids.iter().enumerate().map(|(i, &id)| (id, i as u32)).collect();
+    order.sort_unstable();
+    let mut unique = Vec::with_capacity(ids.len());
+    let mut slot = vec![0u32; ids.len()];
+    for &(id, i) in &order {
+        if unique.last() != Some(&id) {
+            unique.push(id);
+        }
+        slot[i as usize] = (unique.len() - 1) as u32;
+    }
+    (unique, slot)
+}
+
+/// Copies every request's row out of the distinct rows read.
+fn scatter(uniq: &[u8], slot: &[u32], rs: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(slot.len() * rs);
+    for &k in slot {
+        out.extend_from_slice(&uniq[k as usize * rs..(k as usize + 1) * rs]);
+    }
+    out
+}
+
+/// Sorted, deduplicated buffered `pread`s on `threads` std threads (the pool the field's reader
+/// used), then a copy into request order.
+pub struct PoolPread {
+    threads: usize,
+    file: Option<File>,
+    row_size: Option<u64>,
+}
+
+impl PoolPread {
+    pub fn new(threads: usize) -> PoolPread {
+        PoolPread { threads, file: None, row_size: None }
+    }
+}
+
+impl Method for PoolPread {
+    fn name(&self) -> String {
+        format!("sorted pread x{} threads", self.threads)
+    }
+
+    fn family(&self) -> Family {
+        Family::Baseline
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.file = Some(File::open(&env.path)?);
+        self.row_size = Some(row_size);
+        Ok(())
+    }
+
+    fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
+        const BATCH: usize = 16;
+        let rs = row_size_or_err(self.row_size)? as usize;
+        let file = self.file.as_ref().ok_or("method used before prepare")?;
+        let (unique, slot) = sort_dedup(ids);
+        let mut uniq = vec![0u8; unique.len() * rs];
+        // Work is handed out in batches of BATCH consecutive rows, in file order.
+        let work = Mutex::new(uniq.chunks_mut(rs * BATCH).zip(unique.chunks(BATCH)));
+        let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
+        std::thread::scope(|s| {
+            for _ in 0..self.threads {
+                s.spawn(|| loop {
+                    let next = work.lock().expect("work lock").next();
+                    let Some((buf, rows)) = next else { return };
+                    for (b, &id) in buf.chunks_exact_mut(rs).zip(rows) {
+                        if let Err(e) = file.read_exact_at(b, id * rs as u64) {
+                            failed.lock().expect("error lock").get_or_insert(e);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = failed.into_inner().expect("error lock") {
+            return Err(e.into());
+        }
+        Ok(RunOut { bytes: scatter(&uniq, &slot, rs).into(), reads: Some(unique.len() as u64) })
+    }
+}
+
+/// What a tokio user writes today: `join_all` of one `spawn_blocking(pread)` per row.
+pub struct TokioJoinAll {
+    file: Option<Arc<File>>,
+    row_size: Option<u64>,
+}
+
+impl TokioJoinAll {
+    pub fn new() -> TokioJoinAll {
+        TokioJoinAll { file: None, row_size: None }
+    }
+}
+
+impl Method for TokioJoinAll {
+    fn name(&self) -> String {
+        "tokio join_all(spawn_blocking pread)".into()
+    }
+
+    fn family(&self) -> Family {
+        Family::Baseline
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.file = Some(Arc::new(File::open(&env.path)?));
+        self.row_size = Some(row_size);
+        Ok(())
+    }
+
+    fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut> {
+        let rs = row_size_or_err(self.row_size)?;
+        let file = self.file.clone().ok_or("method used before prepare")?;
+        let rows = env.rt.block_on(async {
+            futures::future::join_all(ids.iter().map(|&id| {
+                let file = file.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut row = vec![0u8; rs as usize];
+                    file.read_exact_at(&mut row, id * rs).map(|()| row)
+                })
+            }))
+            .await
+        });
+        let mut out = Vec::with_capacity(ids.len() * rs as usize);
+        for r in rows {
+            out.extend_from_slice(&r??);
+        }
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64) })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// methods on a glommio executor
+
+/// What runs on the glommio executor thread.
+#[derive(Debug, Clone, Copy)]
+enum OnGlommioKind {
+    /// glommio's own `DmaFile::read_many` (a baseline).
+    ReadMany { concurrency: usize },
+    /// eagerio's glommio backend.
+    #[cfg(feature = "glommio")]
+    Eager { depth: usize },
+}
+
+/// A method whose I/O lives on a glommio `LocalExecutor`: the executor and the open file stay
+/// on one thread for the method's lifetime (prepare starts it), and each gather is sent there.
+/// The round trip through the channel is inside the timing (microseconds).
+///
+/// As a baseline: `DmaFile::read_many` (O_DIRECT, io_uring) over the sorted distinct rows,
+/// coalescing within the same bounds as eagerio's defaults (4 KiB gap, 64 KiB merged read).
+pub struct OnGlommio {
+    kind: OnGlommioKind,
+    worker: Option<GlommioWorker>,
+}
+
+/// The ids to gather, and where to send the rows and the reads issued.
+type GlommioJob = (Arc<Vec<u64>>, mpsc::Sender<Result<(Bytes, u64), String>>);
+
+struct GlommioWorker {
+    jobs: Option<mpsc::Sender<GlommioJob>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for GlommioWorker {
+    fn drop(&mut self) {
+        self.jobs = None; // closes the channel: the executor's loop ends
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl OnGlommio {
+    /// glommio's `read_many` with `concurrency` reads in flight.
+    pub fn read_many(concurrency: usize) -> OnGlommio {
+        OnGlommio { kind: OnGlommioKind::ReadMany { concurrency }, worker: None }
+    }
+
+    /// eagerio's glommio backend with `depth` reads in flight.
+    #[cfg(feature = "glommio")]
+    pub fn eager(depth: usize) -> OnGlommio {
+        OnGlommio { kind: OnGlommioKind::Eager { depth }, worker: None }
+    }
+
+    fn depth(&self) -> usize {
+        match self.kind {
+            OnGlommioKind::ReadMany { concurrency } => concurrency,
+            #[cfg(feature = "glommio")]
+            OnGlommioKind::Eager { depth } => depth,
+        }
+    }
+}
+
+impl Method for OnGlommio {
+    fn name(&self) -> String {
+        let base = match self.kind {
+            OnGlommioKind::ReadMany { .. } => "glommio read_many",
+            #[cfg(feature = "glommio")]
+            OnGlommioKind::Eager { .. } => "eagerio glommio",
+        };
+        match self.depth() {
+            128 => base.to_string(),
+            d => format!("{base} d{d}"),
+        }
+    }
+
+    fn family(&self) -> Family {
+        match self.kind {
+            OnGlommioKind::ReadMany { .. } => Family::Baseline,
+            #[cfg(feature = "glommio")]
+            OnGlommioKind::Eager { .. } => Family::Eagerio,
+        }
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.worker = None;
+        let (jobs, rx) = mpsc::channel::<GlommioJob>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (path, kind) = (env.path.clone(), self.kind);
+        let thread = std::thread::Builder::new()
+            .name("glommio-bench".into())
+            .spawn(move || glommio_thread(&path, row_size, kind, rx, ready_tx))?;
+        let worker = GlommioWorker { jobs: Some(jobs), thread: Some(thread) };
+        match ready_rx.recv() {
+            Ok(Ok(())) => {
+                self.worker = Some(worker);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(format!("glommio unavailable: {e}").into()),
+            Err(_) => Err("the glommio thread exited during setup".into()),
+        }
+    }
+
+    fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
+        let w = self.worker.as_ref().ok_or("method used before prepare")?;
+        let (tx, rx) = mpsc::channel();
+        w.jobs.as_ref().expect("open while the worker lives").send((Arc::new(ids.to_vec()), tx))?;
+        let (bytes, reads) = rx.recv()??;
+        Ok(RunOut { bytes, reads: Some(reads) })
+    }
+}
+
+fn glommio_thread(
+    path: &Path,
+    row_size: u64,
+    kind: OnGlommioKind,
+    jobs: mpsc::Receiver<GlommioJob>,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
+    let depth = match kind {
+        OnGlommioKind::ReadMany { concurrency } => concurrency,
+        #[cfg(feature = "glommio")]
+        OnGlommioKind::Eager { depth } => depth,
+    };
+    let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).ring_depth(depth.max(128));
+    let ex = match builder.make() {
+        Ok(ex) => ex,
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    // Nothing else runs on this executor, so blocking on the channel between gathers is fine.
+    ex.run(async move {
+        match kind {
+            OnGlommioKind::ReadMany { concurrency } => read_many_loop(path, row_size, concurrency, jobs, ready).await,
+            #[cfg(feature = "glommio")]
+            OnGlommioKind::Eager { depth } => eager_glommio_loop(path, row_size, depth, jobs, ready).await,
+        }
+    });
+}
+
+async fn read_many_loop(
+    path: &Path,
+    row_size: u64,
+    concurrency: usize,
+    jobs: mpsc::Receiver<GlommioJob>,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
+    use futures::StreamExt;
+    use glommio::io::{DmaFile, MergedBufferLimit, ReadAmplificationLimit};
+
+    let file = match DmaFile::open(path).await {
+        Ok(f) => std::rc::Rc::new(f),
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let rs = row_size as usize;
+    while let Ok((ids, reply)) = jobs.recv() {
+        // The executor's counters are taken (reset) on every read of them.
+        let _ = glommio::executor().io_stats();
+        let result = async {
+            let (unique, slot) = sort_dedup(&ids);
+            let iovs = futures::stream::iter(unique.iter().map(|&id| (id * row_size, rs)));
+            let mut results = file
+                .read_many(iovs, MergedBufferLimit::Custom(64 << 10), ReadAmplificationLimit::Custom(4096))
+                .with_concurrency(concurrency);
+            let mut uniq = vec![0u8; unique.len() * rs];
+            let mut k = 0usize;
+            while let Some(r) = results.next().await {
+                let ((pos, size), data) = r.map_err(|e| e.to_string())?;
+                // read_many yields in submission order.
+                if k >= unique.len() || pos != unique[k] * row_size || size != rs || data.len() != rs {
+                    return Err(format!("read_many gave ({pos}, {size}, {} B) for distinct row #{k}", data.len()));
+                }
+                uniq[k * rs..(k + 1) * rs].copy_from_slice(&data);
+                k += 1;
+            }
+            if k != unique.len() {
+                return Err(format!("read_many gave {k} of {} rows", unique.len()));
+            }
+            let reads = glommio::executor().io_stats().all_rings().file_reads().0;
+            Ok((Bytes::from(scatter(&uniq, &slot, rs)), reads))
+        }
+        .await;
+        let _ = reply.send(result);
+    }
+}
+
+#[cfg(feature = "glommio")]
+async fn eager_glommio_loop(
+    path: &Path,
+    row_size: u64,
+    depth: usize,
+    jobs: mpsc::Receiver<GlommioJob>,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
+    use eagerio::glommio::{GlommioEngine, GlommioOptions};
+    let opts = GlommioOptions { depth, ..GlommioOptions::default() };
+    let layout = RowLayout { base: 0, row_size, rows: None };
+    let table = match GlommioEngine::open_rows(path, layout, opts).await {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    while let Ok((ids, reply)) = jobs.recv() {
+        let before = table.stats().reads;
+        let result = match table.gather(&ids) {
+            Ok(fut) => fut.await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let _ = reply.send(result.map(|b| (b, table.stats().reads - before)));
+    }
+}
+
+/// The W1/W2 method list: eagerio backends, then every baseline.
+pub fn all_methods() -> Vec<Box<dyn Method>> {
+    let mut m = eagerio_backends();
+    m.push(Box::new(Mmap::new(false)));
+    m.push(Box::new(Mmap::new(true)));
+    m.push(Box::new(SerialPread::new()));
+    m.push(Box::new(PoolPread::new(32)));
+    m.push(Box::new(TokioJoinAll::new()));
+    m.push(Box::new(OnGlommio::read_many(128)));
+    m
+}
