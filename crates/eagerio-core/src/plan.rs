@@ -95,6 +95,63 @@ pub struct Plan {
     useful_bytes: u64,
 }
 
+/// A request while planning: its bytes, where they go in the output, and its index.
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    off: u64,
+    len: u64,
+    out: u64,
+    idx: u32,
+}
+
+/// Sorts requests by `(offset, len)`, ties in request order. An LSD radix sort on the offset's
+/// significant bits (11 bits a pass; a 2 GiB table takes 3 passes), then the rare runs of equal
+/// offsets with different lengths are sorted by length so duplicates are neighbours.
+fn sort_requests(reqs: &mut Vec<Req>) {
+    const BITS: u32 = 11;
+    const BUCKETS: usize = 1 << BITS;
+    if reqs.len() < 256 {
+        reqs.sort_by_key(|r| (r.off, r.len));
+        return;
+    }
+    let max = reqs.iter().map(|r| r.off).max().unwrap_or(0);
+    let passes = (u64::BITS - max.leading_zeros()).div_ceil(BITS);
+    let mut tmp = reqs.clone();
+    for pass in 0..passes {
+        let shift = pass * BITS;
+        let digit = |r: &Req| ((r.off >> shift) as usize) & (BUCKETS - 1);
+        let mut counts = vec![0usize; BUCKETS];
+        for r in reqs.iter() {
+            counts[digit(r)] += 1;
+        }
+        let mut at = 0;
+        for c in &mut counts {
+            let n = *c;
+            *c = at;
+            at += n;
+        }
+        for r in reqs.iter() {
+            let d = digit(r);
+            tmp[counts[d]] = *r;
+            counts[d] += 1;
+        }
+        std::mem::swap(reqs, &mut tmp);
+    }
+    let mut i = 0;
+    while i < reqs.len() {
+        let mut j = i + 1;
+        let mut mixed = false;
+        while j < reqs.len() && reqs[j].off == reqs[i].off {
+            mixed |= reqs[j].len != reqs[i].len;
+            j += 1;
+        }
+        if mixed {
+            reqs[i..j].sort_by_key(|r| r.len);
+        }
+        i = j;
+    }
+}
+
 impl Plan {
     /// Plans `requests`, each an `(offset, len)` pair with `len > 0`. Request `i`'s bytes land in
     /// the output right after request `i - 1`'s.
@@ -108,21 +165,14 @@ impl Plan {
     pub fn new(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<Plan> {
         opts.validate()?;
         assert!(requests.len() <= u32::MAX as usize, "too many requests for one plan");
-        let mut out_offsets = Vec::with_capacity(requests.len());
+        let mut sorted = Vec::with_capacity(requests.len());
         let mut out_len = 0u64;
-        for &(off, len) in requests {
+        for (i, &(off, len)) in requests.iter().enumerate() {
             assert!(len > 0 && off.checked_add(len).is_some(), "planner given an empty or overflowing request");
-            out_offsets.push(out_len);
+            sorted.push(Req { off, len, out: out_len, idx: i as u32 });
             out_len += len;
         }
-
-        // Sort request indices by (offset, len). Packing the index with the offset in one key
-        // keeps the sort a plain integer sort for the common case of fixed-size rows.
-        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
-        order.sort_unstable_by_key(|&i| {
-            let (off, len) = requests[i as usize];
-            (off, len)
-        });
+        sort_requests(&mut sorted);
 
         let mask = opts.align - 1;
         let down = |x: u64| x & !mask;
@@ -135,19 +185,18 @@ impl Plan {
         let mut useful = 0u64;
         let mut covered = 0u64; // end of the bytes the sorted requests so far cover
         let mut prev: Option<(u64, u64)> = None;
-        for &i in &order {
-            let (off, len) = requests[i as usize];
-            let end = off + len;
-            if prev != Some((off, len)) {
+        for r in &sorted {
+            let end = r.off + r.len;
+            if prev != Some((r.off, r.len)) {
                 unique += 1;
                 // Useful bytes count each distinct byte once, overlaps included.
-                useful += end.saturating_sub(off.max(covered));
+                useful += end.saturating_sub(r.off.max(covered));
                 covered = covered.max(end);
-                prev = Some((off, len));
+                prev = Some((r.off, r.len));
             }
             match spans.last_mut() {
-                Some((_, e)) if down(off) <= *e + opts.max_gap => *e = (*e).max(up(end)),
-                _ => spans.push((down(off), up(end))),
+                Some((_, e)) if down(r.off) <= *e + opts.max_gap => *e = (*e).max(up(end)),
+                _ => spans.push((down(r.off), up(end))),
             }
         }
         let mut extents: Vec<Extent> = Vec::with_capacity(spans.len());
@@ -160,42 +209,51 @@ impl Plan {
             }
         }
 
-        // Phase 2: cut every request into pieces at extent boundaries, in offset order, then
-        // bucket the pieces by extent (a stable counting sort keeps offset order within one).
+        // Phase 2: cut every request into pieces at extent boundaries, in offset order. The first
+        // extent a request touches only moves forward, so a cursor finds it. Pieces come out
+        // grouped by extent unless a request spans an extent that a later one starts in; only
+        // then are they bucketed (a stable counting sort keeps offset order within an extent).
         let mut tagged: Vec<(u32, Piece)> = Vec::with_capacity(requests.len());
-        for &i in &order {
-            let (off, len) = requests[i as usize];
-            let end = off + len;
-            let mut pos = off;
-            let mut out = out_offsets[i as usize];
-            let mut k = extents.partition_point(|e| e.offset + e.len as u64 <= off);
+        let mut grouped = true;
+        let mut cursor = 0usize;
+        for r in &sorted {
+            let end = r.off + r.len;
+            while extents[cursor].offset + extents[cursor].len as u64 <= r.off {
+                cursor += 1;
+            }
+            let (mut pos, mut out, mut k) = (r.off, r.out, cursor);
             while pos < end {
                 let e = &mut extents[k];
                 let take = end.min(e.offset + e.len as u64) - pos;
                 let piece =
-                    Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: i };
+                    Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: r.idx };
                 e.needed = e.needed.max(piece.extent_offset + piece.len);
                 e.end_piece += 1; // a count for now
+                grouped &= tagged.last().is_none_or(|&(last, _)| last as usize <= k);
                 tagged.push((k as u32, piece));
                 pos += take;
                 out += take;
                 k += 1;
             }
         }
-        let mut fill = Vec::with_capacity(extents.len());
         let mut acc = 0u32;
         for e in &mut extents {
             let n = e.end_piece;
             e.first_piece = acc;
             e.end_piece = acc + n;
-            fill.push(acc);
             acc += n;
         }
-        let mut pieces = vec![Piece { extent_offset: 0, len: 0, out_offset: 0, request: 0 }; tagged.len()];
-        for (k, p) in tagged {
-            pieces[fill[k as usize] as usize] = p;
-            fill[k as usize] += 1;
-        }
+        let pieces = if grouped {
+            tagged.into_iter().map(|(_, p)| p).collect()
+        } else {
+            let mut fill: Vec<u32> = extents.iter().map(|e| e.first_piece).collect();
+            let mut pieces = vec![Piece { extent_offset: 0, len: 0, out_offset: 0, request: 0 }; tagged.len()];
+            for (k, p) in tagged {
+                pieces[fill[k as usize] as usize] = p;
+                fill[k as usize] += 1;
+            }
+            pieces
+        };
         // A split span can leave a read that only holds gap bytes: drop it.
         extents.retain(|e| e.end_piece > e.first_piece);
         Ok(Plan { extents, pieces, out_len, unique, requests: requests.len(), useful_bytes: useful })
@@ -339,7 +397,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
         #[test]
         fn plan_matches_naive_reference(
-            reqs in prop::collection::vec((0u64..6000, 1u64..700), 0..60),
+            // Up to 600 requests, so both the small-input sort and the radix sort (256 and up) run.
+            reqs in prop::collection::vec((0u64..6000, 1u64..700), 0..600),
             gap in 0u64..2000,
             align_pow in 0u32..13,
             reads_per in 1u64..8,
@@ -350,6 +409,8 @@ mod tests {
             let file: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
             let plan = Plan::new(&reqs, &o).unwrap();
             prop_assert_eq!(plan.execute_from(&file), naive(&file, &reqs));
+            let distinct: std::collections::BTreeSet<_> = reqs.iter().collect();
+            prop_assert_eq!(plan.unique_requests(), distinct.len());
             let mut last_end = 0;
             for (i, e) in plan.extents().iter().enumerate() {
                 prop_assert_eq!(e.offset % align, 0);
