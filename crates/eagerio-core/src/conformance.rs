@@ -46,7 +46,8 @@ macro_rules! conformance_suite {
             rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
             truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
             sink_offsets_and_order, sink_write_error_reported, sink_flush_after_dropped_futures,
-            sink_closed_refuses_writes, sink_backpressure_bound);
+            sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
+            adaptive_eviction_races_the_copy);
     };
     (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
         $(
@@ -73,7 +74,9 @@ pub fn random_file(len: usize, rng: &mut impl Rng) -> (tempfile::TempDir, PathBu
     let path = dir.path().join("table.bin");
     let mut bytes = vec![0u8; len];
     rng.fill(&mut bytes[..]);
-    File::create(&path).and_then(|mut f| f.write_all(&bytes)).expect("write table");
+    File::create(&path).and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all())).expect("write table");
+    // Start cold, so the checks exercise the backend's reads even in adaptive mode.
+    crate::sys::evict(&path).expect("evict the table");
     (dir, path, bytes)
 }
 
@@ -401,4 +404,69 @@ pub fn pread_reference(path: &Path, offset: u64, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     File::open(path).unwrap().read_exact_at(&mut buf, offset).unwrap();
     buf
+}
+
+/// Adaptive mode (when the backend turned it on): a warm table is served from the cache without
+/// reads; a half-evicted one mixes resident rows and reads; the bytes are right either way.
+pub async fn adaptive_resident_and_missing_rows<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let rows = 2048u64;
+    let (_d, path, file) = random_file(4096 * rows as usize, &mut rng);
+    std::fs::read(&path).expect("warm the table");
+    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..rows)).collect();
+    let fut = table.gather(&ids).unwrap();
+    let got = fut.await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
+    let warm = table.stats();
+    if !table.source().is_adaptive() {
+        eprintln!("adaptive mode off for this backend: only the bytes were checked");
+        return;
+    }
+    assert_eq!(warm.resident, 500, "every row of a warm table is served resident: {warm:?}");
+    assert_eq!(warm.reads, 0, "{warm:?}");
+    // Evict the second half of the file: those rows must be read. (The source's mapping keeps the
+    // pages it copied mapped, and eviction skips mapped pages; memory pressure would not.)
+    table.source().unmap_resident();
+    let f = File::open(&path).unwrap();
+    let half = (rows / 2 * 4096) as libc::off_t;
+    // SAFETY: advice on a descriptor we own.
+    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), half, half, libc::POSIX_FADV_DONTNEED) };
+    let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..rows)).collect();
+    let got = table.gather(&ids).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
+    let after = table.stats();
+    let resident = after.resident - warm.resident;
+    let low = ids.iter().filter(|&&r| r < rows / 2).count() as u64;
+    assert!(resident <= low && resident + 20 >= low, "{resident} resident of {low} rows in the warm half");
+    assert!(after.reads > 0, "the evicted half is read: {after:?}");
+    wait_full(b, table.source()).await;
+}
+
+/// Adaptive mode: pages evicted (by another thread) between the residency check and the copy
+/// never give a wrong byte; the faults they cost are counted.
+pub async fn adaptive_eviction_races_the_copy<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let rows = 1024u64;
+    let (_d, path, file) = random_file(4096 * rows as usize, &mut rng);
+    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (p, s) = (path.clone(), stop.clone());
+    let churn = std::thread::spawn(move || {
+        // Alternately warm and evict the file while gathers run.
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = std::fs::read(&p);
+            let _ = crate::sys::evict(&p);
+        }
+    });
+    for _ in 0..40 {
+        let ids: Vec<u64> = (0..200).map(|_| rng.gen_range(0..rows)).collect();
+        let got = table.gather(&ids).unwrap().await.unwrap();
+        assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    let s = table.stats();
+    eprintln!("under churn: {} rows resident, {} reads", s.resident, s.reads);
+    wait_full(b, table.source()).await;
 }

@@ -34,6 +34,7 @@ use bytes::{Bytes, BytesMut};
 use crate::error::{Error, Op, Result, Target};
 use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::{Plan, PlanOptions};
+use crate::residency::Residency;
 use crate::stats::{GatherStats, SourceStats, SourceTotals};
 
 /// What a backend tells the core about the file it serves.
@@ -89,6 +90,8 @@ pub struct GatherJob {
     out: UnsafeCell<BytesMut>,
     out_ptr: OutPtr,
     next: AtomicUsize,
+    /// The extents left for the engine when some were served resident (adaptive mode).
+    order: Option<Vec<u32>>,
     completed: AtomicUsize,
     parties: AtomicUsize,
     cancelled: AtomicBool,
@@ -98,6 +101,7 @@ pub struct GatherJob {
     reads_issued: AtomicU64,
     bytes_read: AtomicU64,
     resident: AtomicU64,
+    resident_faults: AtomicU64,
     started: Instant,
     submit_ns: AtomicU64,
     wait_ns: AtomicU64,
@@ -135,6 +139,7 @@ impl GatherJob {
             requested: self.plan.requests() as u64,
             unique: self.plan.unique_requests() as u64,
             resident: self.resident.load(Ordering::Relaxed),
+            resident_faults: self.resident_faults.load(Ordering::Relaxed),
             reads_planned: self.plan.extents().len() as u64,
             reads_issued: self.reads_issued.load(Ordering::Relaxed),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
@@ -244,6 +249,10 @@ impl JobHandle {
             return None;
         }
         let i = self.job.next.fetch_add(1, Ordering::Relaxed);
+        let i = match &self.job.order {
+            Some(order) => order.get(i).map_or(usize::MAX, |&x| x as usize),
+            None => i,
+        };
         if i < self.job.plan.extents().len() {
             self.job.reads_issued.fetch_add(1, Ordering::Relaxed);
             Some(i)
@@ -398,6 +407,7 @@ pub struct Source<E> {
     engine: E,
     opts: PlanOptions,
     stats: StdArc<SourceStats>,
+    residency: Option<StdArc<Residency>>,
 }
 
 /// Default read-amplification bound: two extents closer than this are read as one.
@@ -408,7 +418,45 @@ impl<E: ReadEngine> Source<E> {
     pub fn new(engine: E) -> Source<E> {
         let info = engine.info();
         let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
-        Source { engine, opts, stats: StdArc::default() }
+        Source { engine, opts, stats: StdArc::default(), residency: None }
+    }
+
+    /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
+    /// copied from a read-only mapping of the file inside the gather call, and only the misses
+    /// go to the engine (see [`residency`](crate::residency)). Counted in
+    /// [`GatherStats::resident`].
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened or mapped.
+    pub fn adaptive(mut self) -> Result<Source<E>> {
+        self.enable_adaptive()?;
+        Ok(self)
+    }
+
+    /// [`adaptive`](Self::adaptive) in place; on error the source is unchanged.
+    ///
+    /// # Errors
+    /// As [`adaptive`](Self::adaptive).
+    pub fn enable_adaptive(&mut self) -> Result<()> {
+        let info = self.engine.info();
+        let io = |source| Error::Io { op: Op::Open, path: info.path.clone(), offset: None, target: None, source };
+        let file = std::fs::File::open(&info.path).map_err(io)?;
+        self.residency = Some(StdArc::new(Residency::map(&file, info.len).map_err(io)?));
+        Ok(())
+    }
+
+    /// Adaptive mode: drops the source mapping's page-table entries so that evicting the file
+    /// (`posix_fadvise(DONTNEED)`, `drop_caches`) takes every page (see
+    /// [`residency`](crate::residency)). Nothing to do otherwise.
+    pub fn unmap_resident(&self) {
+        if let Some(r) = &self.residency {
+            r.unmap_pages();
+        }
+    }
+
+    /// Whether the adaptive mode is on.
+    pub fn is_adaptive(&self) -> bool {
+        self.residency.is_some()
     }
 
     /// Sets the largest hole read to join two extents (the read-amplification bound).
@@ -482,6 +530,22 @@ impl<E: ReadEngine> Source<E> {
         self.submit(requests, Targets::Ranges, out, split)
     }
 
+    /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left
+    /// for the engine, how many were served, the rows served and the faults taken.
+    fn serve_resident(&self, plan: &Plan, out: *mut u8) -> (Option<Vec<u32>>, usize, u64, u64) {
+        if let Some(r) = &self.residency {
+            // SAFETY: `out` has room for the plan's output (reserved by the caller) and no party
+            // exists yet, so nothing else touches it.
+            let served = unsafe { r.serve(plan, out) };
+            if served.extents > 0 {
+                let misses = (0..plan.extents().len() as u32).filter(|&i| !served.resident[i as usize]).collect();
+                return (Some(misses), served.extents, served.rows, served.faults);
+            }
+            return (None, 0, 0, served.faults);
+        }
+        (None, 0, 0, 0)
+    }
+
     fn submit<T>(
         &self,
         requests: Vec<(u64, u64)>,
@@ -494,6 +558,7 @@ impl<E: ReadEngine> Source<E> {
         out.clear();
         out.reserve(plan.out_len() as usize);
         let out_ptr = OutPtr(out.as_mut_ptr());
+        let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let job = Arc::new(GatherJob {
             plan,
             requests,
@@ -502,7 +567,8 @@ impl<E: ReadEngine> Source<E> {
             out: UnsafeCell::new(out),
             out_ptr,
             next: AtomicUsize::new(0),
-            completed: AtomicUsize::new(0),
+            order,
+            completed: AtomicUsize::new(done),
             parties: AtomicUsize::new(1),
             cancelled: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -510,7 +576,8 @@ impl<E: ReadEngine> Source<E> {
             waker: Mutex::new(None),
             reads_issued: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
-            resident: AtomicU64::new(0),
+            resident: AtomicU64::new(resident),
+            resident_faults: AtomicU64::new(faults),
             started,
             submit_ns: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
@@ -519,7 +586,7 @@ impl<E: ReadEngine> Source<E> {
         let handle = JobHandle { job: job.clone() };
         let span = tracing::trace_span!("gather", extents = job.plan.extents().len());
         let _enter = span.enter();
-        if !job.plan.extents().is_empty() {
+        if done < job.plan.extents().len() {
             self.engine.submit(handle.clone());
         }
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

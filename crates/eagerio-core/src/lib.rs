@@ -33,6 +33,7 @@ pub mod gather;
 pub mod loom;
 pub mod mem;
 pub mod plan;
+pub mod residency;
 pub mod sink;
 pub mod staging;
 pub mod stats;

@@ -13,6 +13,9 @@ pub struct GatherStats {
     pub unique: u64,
     /// Rows served from resident pages without a read (adaptive mode).
     pub resident: u64,
+    /// Major faults taken while copying resident rows: pages evicted between the residency
+    /// check and the copy, each one synchronous read (adaptive mode).
+    pub resident_faults: u64,
     /// Reads the plan needs.
     pub reads_planned: u64,
     /// Reads handed to the backend so far.

@@ -24,6 +24,9 @@ pub struct TokioOptions {
     pub direct: DirectIo,
     /// A fault hook for tests (see [`eagerio_core::fault`]).
     pub hook: Option<Hook>,
+    /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
+    /// gather call; only the misses are read (see [`eagerio_core::residency`]). Default on.
+    pub adaptive: bool,
 }
 
 impl Default for TokioOptions {
@@ -35,6 +38,7 @@ impl Default for TokioOptions {
             max_gap: eagerio_core::DEFAULT_MAX_GAP,
             direct: DirectIo::Auto,
             hook: None,
+            adaptive: true,
         }
     }
 }
@@ -92,6 +96,7 @@ impl TokioEngine {
         let staging = Staging::new(opts.staging_bytes, opts.max_read)?;
         let gf = sys::open_for_gather(path, opts.direct)?;
         let info = FileInfo { path: path.to_path_buf(), len: gf.len, align: gf.align, max_read: opts.max_read as u64 };
+        let adaptive = opts.adaptive;
         let engine = TokioEngine {
             inner: Arc::new(Inner {
                 file: gf.file,
@@ -103,7 +108,7 @@ impl TokioEngine {
                 rt,
             }),
         };
-        Ok(Source::new(engine).with_max_gap(opts.max_gap))
+        Ok(eagerio_core::residency::maybe_adaptive(Source::new(engine).with_max_gap(opts.max_gap), adaptive))
     }
 
     /// Opens `path` as a table of fixed-size rows.

@@ -58,6 +58,9 @@ pub struct UringOptions {
     pub fallback: Fallback,
     /// A fault hook for tests, evaluated on the lane thread at each completion.
     pub hook: Option<Hook>,
+    /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
+    /// gather call; only the misses go to the lanes (see [`eagerio_core::residency`]). Default on.
+    pub adaptive: bool,
 }
 
 impl Default for UringOptions {
@@ -73,6 +76,7 @@ impl Default for UringOptions {
             split_threshold: 4096,
             fallback: Fallback::Auto,
             hook: None,
+            adaptive: true,
         }
     }
 }
@@ -252,7 +256,8 @@ impl UringEngine {
             reason,
             split_threshold: opts.split_threshold.max(1),
         };
-        Ok(Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap))
+        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
+        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
     }
 
     /// [`open_blocking`](Self::open_blocking) from async code.
@@ -279,6 +284,7 @@ impl UringEngine {
             max_gap: opts.max_gap,
             direct: if direct { DirectIo::On } else { DirectIo::Off },
             hook: opts.hook.clone(),
+            adaptive: false,
         };
         let source = TokioEngine::open_blocking(path, topts).map_err(|e| match e {
             Error::Unavailable { .. } => Error::Unavailable {
@@ -298,7 +304,8 @@ impl UringEngine {
             reason: Some(why),
             split_threshold: usize::MAX,
         };
-        Ok(Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap))
+        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
+        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
     }
 
     /// How gathers are served.

@@ -36,7 +36,11 @@ fn file(rows: u64, rng: &mut StdRng) -> (tempfile::TempDir, PathBuf, Vec<u8>) {
     let path = dir.path().join("t.bin");
     let mut data = vec![0u8; (rows * ROW) as usize];
     rng.fill(&mut data[..]);
-    File::create(&path).unwrap().write_all(&data).unwrap();
+    let mut f = File::create(&path).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    // Cold, so the lane (not the adaptive cache path) serves every row.
+    eagerio_core::sys::evict(&path).unwrap();
     (dir, path, data)
 }
 

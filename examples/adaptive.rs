@@ -1,0 +1,193 @@
+//! The adaptive gather against its two pure modes and mmap: warm (table resident), cold (table
+//! evicted) and half-warm (the first half of the table resident), 40,000 random rows of 90 B and
+//! 4 KiB, median of 3, every output checked. Also reports how much of the table is in the page
+//! cache after a cold gather (direct reads must not grow it).
+//!
+//! ```text
+//! cargo run --release --example adaptive                    # 2 GiB table under target/
+//! EAGERIO_ADAPTIVE_MB=512 cargo run --release --example adaptive
+//! ```
+
+use std::{
+    fs::File,
+    io::{Read, Seek, SeekFrom, Write},
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use eagerio::core::sys::evict;
+use eagerio::uring::{UringEngine, UringOptions};
+use eagerio::RowLayout;
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const ROWS: usize = 40_000;
+const RUNS: usize = 3;
+
+fn word(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn table(mb: u64) -> AnyResult<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-adaptive");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("table-{mb}m.bin"));
+    let size = mb << 20;
+    if std::fs::metadata(&path).map(|m| m.len() == size).unwrap_or(false) {
+        return Ok(path);
+    }
+    eprintln!("writing {} ({mb} MiB)...", path.display());
+    let mut f = File::create(&path)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut off = 0;
+    while off < size {
+        for (i, c) in buf.chunks_exact_mut(8).enumerate() {
+            c.copy_from_slice(&word(off / 8 + i as u64).to_le_bytes());
+        }
+        f.write_all(&buf)?;
+        off += buf.len() as u64;
+    }
+    f.sync_all()?;
+    Ok(path)
+}
+
+fn ids(seed: u64, rows: u64) -> Vec<u64> {
+    (0..ROWS as u64).map(|i| ((word(seed ^ (i << 24) ^ 0xADA) as u128 * rows as u128) >> 64) as u64).collect()
+}
+
+/// Pages of `path` in the page cache (mincore over a fresh mapping).
+fn resident_pages(path: &Path) -> AnyResult<(u64, u64)> {
+    let f = File::open(path)?;
+    let len = f.metadata()?.len() as usize;
+    // SAFETY: the table is not modified while this example runs.
+    let map = unsafe { memmap2::Mmap::map(&f)? };
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: the mapping covers `len` bytes and `vec` has one byte per page.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok((vec.iter().filter(|&&b| b & 1 == 1).count() as u64, pages as u64))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Warm,
+    Cold,
+    HalfWarm,
+}
+
+/// Puts the table in `state`: fully read (warm), evicted (cold), or evicted then its first half
+/// read (half-warm).
+fn prepare(path: &Path, state: State) -> AnyResult<()> {
+    evict(path)?;
+    let len = std::fs::metadata(path)?.len();
+    let upto = match state {
+        State::Cold => return Ok(()),
+        State::Warm => len,
+        State::HalfWarm => len / 2,
+    };
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(0))?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut done = 0;
+    while done < upto {
+        let want = (upto - done).min(buf.len() as u64) as usize;
+        let n = f.read(&mut buf[..want])?;
+        if n == 0 {
+            break;
+        }
+        done += n as u64;
+    }
+    Ok(())
+}
+
+fn check(got: &[u8], reference: &[u8]) -> AnyResult<()> {
+    if got != reference {
+        return Err("FAILED: wrong bytes".into());
+    }
+    Ok(())
+}
+
+fn main() -> AnyResult<()> {
+    let mb: u64 = std::env::var("EAGERIO_ADAPTIVE_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(2048);
+    let path = table(mb)?;
+    let file = File::open(&path)?;
+    println!("table {mb} MiB, {ROWS} rows per gather, median of {RUNS}\n");
+    println!("| rows | state | mmap + memcpy | direct only | adaptive | adaptive vs mmap | adaptive vs direct | served resident |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for row in [90u64, 4096] {
+        let layout = RowLayout { base: 0, row_size: row, rows: None };
+        let direct = UringEngine::open_rows(&path, layout, UringOptions { adaptive: false, ..Default::default() })?;
+        let adaptive = UringEngine::open_rows(&path, layout, UringOptions::default())?;
+        let rows = direct.rows();
+        for state in [State::Warm, State::Cold, State::HalfWarm] {
+            let mut times = [Vec::new(), Vec::new(), Vec::new()];
+            let mut resident = 0;
+            for run in 0..RUNS {
+                let ids = ids(run as u64 * 31 + row, rows);
+                let mut reference = vec![0u8; ids.len() * row as usize];
+                for (k, &id) in ids.iter().enumerate() {
+                    file.read_exact_at(&mut reference[k * row as usize..(k + 1) * row as usize], id * row)?;
+                }
+                for (m, t) in times.iter_mut().enumerate() {
+                    adaptive.source().unmap_resident();
+                    prepare(&path, state)?;
+                    let start = Instant::now();
+                    let got = match m {
+                        0 => {
+                            // SAFETY: the table is not modified while this example runs.
+                            let map = unsafe { memmap2::Mmap::map(&file)? };
+                            let mut out = Vec::with_capacity(reference.len());
+                            for &id in &ids {
+                                out.extend_from_slice(&map[(id * row) as usize..((id + 1) * row) as usize]);
+                            }
+                            out
+                        }
+                        1 => futures::executor::block_on(direct.gather(&ids)?)?.to_vec(),
+                        _ => {
+                            let before = adaptive.stats().resident;
+                            let fut = adaptive.gather(&ids)?;
+                            let got = futures::executor::block_on(fut)?.to_vec();
+                            resident = adaptive.stats().resident - before;
+                            got
+                        }
+                    };
+                    t.push(start.elapsed());
+                    check(&got, &reference)?;
+                }
+            }
+            let med = |v: &mut Vec<Duration>| {
+                v.sort();
+                v[v.len() / 2].as_secs_f64() * 1e3
+            };
+            let [mut a, mut b, mut c] = times;
+            let (mm, di, ad) = (med(&mut a), med(&mut b), med(&mut c));
+            println!(
+                "| {row} B | {state:?} | {mm:.1} ms | {di:.1} ms | {ad:.1} ms | {:.2}x | {:.2}x | {resident} of {ROWS} |",
+                mm / ad,
+                di / ad
+            );
+        }
+        // Page-cache growth after a cold adaptive gather.
+        adaptive.source().unmap_resident();
+        prepare(&path, State::Cold)?;
+        let (before, pages) = resident_pages(&path)?;
+        let ids = ids(7, rows);
+        let bytes = futures::executor::block_on(adaptive.gather(&ids)?)?.len();
+        let (after, _) = resident_pages(&path)?;
+        println!(
+            "|  | page cache after a cold gather of {row} B rows: {} of {pages} pages resident before, {} after ({:.3}% of the {} bytes read) | | | | | | |",
+            before,
+            after,
+            (after.saturating_sub(before) * 4096) as f64 * 100.0 / adaptive.stats().bytes_read.max(1) as f64,
+            bytes
+        );
+    }
+    Ok(())
+}
