@@ -125,6 +125,24 @@ impl<E: ReadEngine> Method for Eager<E> {
         self.table.as_ref().map(self.describe)
     }
 
+    /// Cold: the adaptive mode's mapping keeps the pages it copied mapped, and eviction skips
+    /// mapped pages, so unmap them first (as mmap methods drop their mapping).
+    fn ready(&mut self, env: &Env, cold: bool) -> Res<()> {
+        if cold {
+            if let Some(t) = &self.table {
+                t.source().unmap_resident();
+            }
+            env.evict()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        if let Some(t) = &self.table {
+            t.source().unmap_resident();
+        }
+    }
+
     fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut> {
         let table = self.table.as_ref().ok_or("method used before prepare")?;
         let before = table.stats().reads;
