@@ -41,6 +41,15 @@ impl Started {
     }
 }
 
+/// Writes a table and evicts it, so its rows are read (not served from the page cache by the
+/// adaptive mode).
+fn cold_file(path: &std::path::Path, bytes: &[u8]) {
+    let f = std::fs::File::create(path).unwrap();
+    std::io::Write::write_all(&mut &f, bytes).unwrap();
+    f.sync_all().unwrap();
+    eagerio_core::sys::evict(path).unwrap();
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -68,7 +77,7 @@ fn gather_four_slow_gathers_in_flight_before_any_await() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
-        std::fs::write(&path, vec![7u8; 4096 * 64]).unwrap();
+        cold_file(&path, &vec![7u8; 4096 * 64]);
         let started = Started::default();
         let opts =
             TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::from_millis(100))), ..Default::default() };
@@ -91,7 +100,7 @@ fn gather_reads_issued_before_first_poll() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
-        std::fs::write(&path, (0..4096u32 * 16).map(|i| i as u8).collect::<Vec<_>>()).unwrap();
+        cold_file(&path, &(0..4096u32 * 16).map(|i| i as u8).collect::<Vec<_>>());
         let started = Started::default();
         let opts =
             TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::ZERO)), max_gap: 0, ..Default::default() };
