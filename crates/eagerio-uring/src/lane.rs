@@ -333,22 +333,26 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 Work::Gather(_) => unreachable!("gathers are kept in `jobs`"),
             }
         }
-        let mut idle_jobs = 0;
-        while self.in_flight < self.cfg.depth && !self.jobs.is_empty() && idle_jobs < self.jobs.len() {
+        // Round robin over the job slots (indices stay put while the loop runs; `retire` leaves
+        // holes). Stop once a whole pass over the slots started no read.
+        let mut stalled = 0;
+        while self.in_flight < self.cfg.depth && stalled < self.jobs.len() {
             let j = self.next_job % self.jobs.len();
             self.next_job = self.next_job.wrapping_add(1);
             let Some(job) = self.jobs[j].as_mut().filter(|job| !job.exhausted) else {
-                idle_jobs += 1;
+                stalled += 1;
                 continue;
             };
             let Some(mut lease) = self.staging.try_acquire() else { break };
             let Some(extent) = job.handle.next_extent() else {
+                // Free the slot before the job can settle (retiring drops the lane's party).
+                drop(lease);
                 job.exhausted = true;
                 self.retire(j);
-                idle_jobs += 1;
+                stalled += 1;
                 continue;
             };
-            idle_jobs = 0;
+            stalled = 0;
             job.in_flight += 1;
             let e = job.handle.plan().extents()[extent];
             let ptr = lease.as_mut_ptr();
@@ -356,6 +360,9 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             let len = e.len;
             let tag = self.tag(InFlight::Read { lease, job: j, extent, offset: e.offset, len, done: 0, retries: 0 });
             self.push(Sqe::Read { tag, slot, ptr, len, offset: e.offset })?;
+        }
+        if self.jobs.iter().all(Option::is_none) {
+            self.jobs.clear();
         }
         Ok(())
     }
@@ -367,9 +374,6 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 self.inbox.load.fetch_sub(job.extents, Ordering::Relaxed);
                 self.jobs[j] = None;
             }
-        }
-        while matches!(self.jobs.last(), Some(None)) {
-            self.jobs.pop();
         }
     }
 
@@ -466,8 +470,10 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             InFlight::Sync { op } => {
                 let mut result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(()) };
                 if let Some(h) = &self.cfg.hook {
-                    if let Action::Fail(e) = h.check(IoPoint { kind: IoKind::Sync, offset: 0, len: 0 }) {
-                        result = Err(e);
+                    match checked(h, IoPoint { kind: IoKind::Sync, offset: 0, len: 0 }) {
+                        Action::Fail(e) => result = Err(e),
+                        Action::Panic => result = Err(io::Error::other("the sync's completion handler panicked")),
+                        _ => {}
                     }
                 }
                 op.complete(result);
@@ -551,6 +557,12 @@ fn with_tag(sqe: Sqe, tag: u64) -> Sqe {
         Sqe::Write { ptr, len, offset, .. } => Sqe::Write { tag, ptr, len, offset },
         Sqe::Sync { .. } => Sqe::Sync { tag },
     }
+}
+
+/// A hook's verdict, with a panic inside the hook turned into [`Action::Panic`] (a write's or
+/// sync's completion then fails instead of unwinding through the lane).
+fn checked(hook: &Hook, point: IoPoint) -> Action {
+    std::panic::catch_unwind(AssertUnwindSafe(|| hook.check(point))).unwrap_or(Action::Panic)
 }
 
 /// Applies a hook's verdict to a completed read.
