@@ -117,7 +117,9 @@ pub async fn rows_roundtrip<B: Backend>(b: &B) {
             assert_eq!(&got[..], &reference_rows(&file, row_size, &ids)[..], "row size {row_size}, rows {ids:?}");
         }
         let s = table.stats();
-        assert!(s.reads > 0 && s.bytes_read >= s.useful_bytes, "{s:?}");
+        // Rows served from the page cache (adaptive mode, e.g. after a buffered fallback read
+        // them in) are not counted in `bytes_read`.
+        assert!(s.reads > 0 && (s.bytes_read >= s.useful_bytes || s.resident > 0), "{s:?}");
         wait_full(b, table.source()).await;
     }
 }
