@@ -11,6 +11,8 @@
 # buffer written through raw pointers, the residency mapping's process_vm_readv copies).
 # No suppressions are needed (none added).
 #
+# `--max-threads=4096`: tokio's blocking pool (up to 64 workers a gather, many gathers in the
+# conformance suite) outgrows valgrind's default of 500 threads.
 # Skipped: the tokio eager-start tests (they assert concurrency, and valgrind runs one thread at
 # a time). Skipped, by filter, because they are too slow under memcheck's ~30x slowdown and add no unsafe
 # path the rest does not cover: the 10,000-operation schedules, drops and load tests
@@ -51,7 +53,7 @@ for b in $bins; do
   esac
   echo "=== valgrind $name"
   start=$(date +%s)
-  if ! valgrind --tool=memcheck --error-exitcode=1 --leak-check=no --quiet \
+  if ! valgrind --tool=memcheck --error-exitcode=1 --leak-check=no --quiet --max-threads=4096 \
       "$b" --test-threads=1 --skip reliability_ -q; then
     echo "!!! memcheck reported errors (or a test failed) in $name"
     status=1
