@@ -10,9 +10,9 @@
 
 use std::{
     fs::File,
-    io::{Read, Seek, SeekFrom, Write},
+    io::{Read, Seek, SeekFrom},
     os::unix::fs::FileExt,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -20,40 +20,16 @@ use eagerio::core::sys::evict;
 use eagerio::uring::{UringEngine, UringOptions};
 use eagerio::RowLayout;
 
+#[path = "support/table.rs"]
+mod support;
+use support::{table, word};
+
+const TABLE_DIR: &str = "eagerio-adaptive";
+
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const ROWS: usize = 40_000;
 const RUNS: usize = 3;
-
-fn word(i: u64) -> u64 {
-    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-fn table(mb: u64) -> AnyResult<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-adaptive");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("table-{mb}m.bin"));
-    let size = mb << 20;
-    if std::fs::metadata(&path).map(|m| m.len() == size).unwrap_or(false) {
-        return Ok(path);
-    }
-    eprintln!("writing {} ({mb} MiB)...", path.display());
-    let mut f = File::create(&path)?;
-    let mut buf = vec![0u8; 8 << 20];
-    let mut off = 0;
-    while off < size {
-        for (i, c) in buf.chunks_exact_mut(8).enumerate() {
-            c.copy_from_slice(&word(off / 8 + i as u64).to_le_bytes());
-        }
-        f.write_all(&buf)?;
-        off += buf.len() as u64;
-    }
-    f.sync_all()?;
-    Ok(path)
-}
 
 fn ids(seed: u64, rows: u64) -> Vec<u64> {
     (0..ROWS as u64).map(|i| ((word(seed ^ (i << 24) ^ 0xADA) as u128 * rows as u128) >> 64) as u64).collect()
@@ -116,7 +92,7 @@ fn check(got: &[u8], reference: &[u8]) -> AnyResult<()> {
 
 fn main() -> AnyResult<()> {
     let mb: u64 = std::env::var("EAGERIO_ADAPTIVE_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(2048);
-    let path = table(mb)?;
+    let path = table(TABLE_DIR, mb)?;
     let file = File::open(&path)?;
     println!("table {mb} MiB, {ROWS} rows per gather, median of {RUNS}\n");
     println!("| rows | state | mmap + memcpy | direct only | adaptive | adaptive vs mmap | adaptive vs direct | served resident |");

@@ -11,9 +11,7 @@
 //! gather's bytes are checked against the fill function before its time counts.
 
 use std::{
-    fs::File,
-    io::Write,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -21,40 +19,16 @@ use eagerio::core::sys::DirectIo;
 use eagerio::uring::{SetupFlags, UringEngine, UringOptions};
 use eagerio::RowLayout;
 
-type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+#[path = "support/table.rs"]
+mod support;
+use support::{table, word};
 
-fn word(i: u64) -> u64 {
-    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+const TABLE_DIR: &str = "eagerio-lanes";
+
+type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn byte_at(off: u64) -> u8 {
     word(off / 8).to_le_bytes()[(off % 8) as usize]
-}
-
-fn table(mb: u64) -> AnyResult<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-lanes");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("table-{mb}m.bin"));
-    let size = mb << 20;
-    if std::fs::metadata(&path).map(|m| m.len() == size).unwrap_or(false) {
-        return Ok(path);
-    }
-    eprintln!("writing {} ({mb} MiB)...", path.display());
-    let mut f = File::create(&path)?;
-    let mut buf = vec![0u8; 8 << 20];
-    let mut off = 0;
-    while off < size {
-        for (i, c) in buf.chunks_exact_mut(8).enumerate() {
-            c.copy_from_slice(&word(off / 8 + i as u64).to_le_bytes());
-        }
-        f.write_all(&buf)?;
-        off += buf.len() as u64;
-    }
-    f.sync_all()?;
-    Ok(path)
 }
 
 fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
@@ -99,7 +73,7 @@ fn main() -> AnyResult<()> {
     let runs: usize = std::env::var("EAGERIO_LANES_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
-    let path = table(mb)?;
+    let path = table(TABLE_DIR, mb)?;
     let n = 40_000;
     println!("table {} MiB, {n} rows per gather, median of {runs} cold runs\n", mb);
 
