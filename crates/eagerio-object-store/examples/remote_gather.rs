@@ -1,0 +1,328 @@
+//! A 10,000-row gather from an object store, eagerio against object_store's own ways.
+//!
+//! ```sh
+//! cargo run --release -p eagerio-object-store --example remote_gather
+//! ```
+//!
+//! Stores: `ThrottledStore(InMemory)` with `EAGERIO_LATENCY_MS` (2) per GET and
+//! `EAGERIO_NS_PER_BYTE` (0, then 10: about 100 MB/s per request stream), and `moto_server` when
+//! it is installed (skipped with a note otherwise). Methods, over the same random rows:
+//! - `eagerio` (64 GETs in flight, each gap bound in the sweep);
+//! - `get_ranges`: object_store's default `ObjectStore::get_ranges`, which S3, GCS, Azure and HTTP
+//!   stores use: ranges closer than 1 MiB merged, 10 GETs at a time (`coalesce_ranges` over
+//!   `get_range`). On the `ThrottledStore` this is measured by calling that function, because
+//!   `ThrottledStore::get_ranges` sleeps once per call, however many ranges: that row is shown
+//!   too, marked, and models no remote store;
+//! - `join_all(get_range)`: one GET per row, all at once.
+//!
+//! Every method's bytes are checked against the table before its times count. Requests are
+//! counted by a wrapper around the store. Environment: `EAGERIO_ROWS` (10000), `EAGERIO_ROW_SIZE`
+//! (4096), `EAGERIO_TABLE_MB` (1024; moto: `EAGERIO_MOTO_TABLE_MB`, 64), `EAGERIO_RUNS` (3,
+//! median).
+
+use std::{
+    fmt,
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    ops::Range,
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use eagerio_core::{DataSink, RowLayout, SinkOptions};
+use eagerio_object_store::{ObjectStoreEngine, ObjectStoreOptions, ObjectStoreWriter, WriterOptions};
+use futures::stream::BoxStream;
+use object_store::{
+    aws::AmazonS3Builder,
+    coalesce_ranges,
+    memory::InMemory,
+    path::Path,
+    throttle::{ThrottleConfig, ThrottledStore},
+    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult, OBJECT_STORE_COALESCE_DEFAULT,
+};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+/// Counts the GETs that reach the store.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn ObjectStore>,
+    gets: AtomicU64,
+}
+
+impl fmt::Display for Counting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Counting {
+    async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> object_store::Result<PutResult> {
+        self.inner.put_opts(l, p, o).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        l: &Path,
+        o: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(l, o).await
+    }
+    async fn get_opts(&self, l: &Path, o: GetOptions) -> object_store::Result<GetResult> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get_opts(l, o).await
+    }
+    async fn get_range(&self, l: &Path, r: Range<u64>) -> object_store::Result<Bytes> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get_range(l, r).await
+    }
+    /// The inner store's own `get_ranges`, counted as one call.
+    async fn get_ranges(&self, l: &Path, r: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.inner.get_ranges(l, r).await
+    }
+    async fn head(&self, l: &Path) -> object_store::Result<ObjectMeta> {
+        self.inner.head(l).await
+    }
+    async fn delete(&self, l: &Path) -> object_store::Result<()> {
+        self.inner.delete(l).await
+    }
+    fn list(&self, p: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(p)
+    }
+    async fn list_with_delimiter(&self, p: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(p).await
+    }
+    async fn copy(&self, f: &Path, t: &Path) -> object_store::Result<()> {
+        self.inner.copy(f, t).await
+    }
+    async fn copy_if_not_exists(&self, f: &Path, t: &Path) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(f, t).await
+    }
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+struct Case<'a> {
+    store: &'a Arc<Counting>,
+    loc: &'a Path,
+    table: &'a [u8],
+    row: u64,
+    ids: &'a [u64],
+    runs: usize,
+}
+
+impl Case<'_> {
+    fn want(&self) -> Vec<u8> {
+        let r = self.row as usize;
+        self.ids.iter().flat_map(|&i| self.table[i as usize * r..(i as usize + 1) * r].to_vec()).collect()
+    }
+
+    fn ranges(&self) -> Vec<Range<u64>> {
+        self.ids.iter().map(|&i| i * self.row..(i + 1) * self.row).collect()
+    }
+
+    /// Checks the bytes once, then times `runs` runs; returns (median ms, requests per run).
+    async fn measure<F, Fut>(&self, mut f: F) -> (f64, u64)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Vec<u8>>,
+    {
+        let got = f().await;
+        assert!(got == self.want(), "wrong bytes");
+        let mut times = Vec::new();
+        let before = self.store.gets.load(Ordering::Relaxed);
+        for _ in 0..self.runs {
+            let t = Instant::now();
+            let got = f().await;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(got.len(), self.ids.len() * self.row as usize);
+        }
+        let reqs = (self.store.gets.load(Ordering::Relaxed) - before) / self.runs as u64;
+        times.sort_by(f64::total_cmp);
+        (times[times.len() / 2], reqs)
+    }
+}
+
+fn concat(parts: Vec<Bytes>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(parts.iter().map(|b| b.len()).sum());
+    for p in parts {
+        out.extend_from_slice(&p);
+    }
+    out
+}
+
+async fn run_all(label: &str, case: &Case<'_>, throttled: bool) {
+    let row = case.row;
+    let mut results: Vec<(String, f64, u64)> = Vec::new();
+    let dyn_store: Arc<dyn ObjectStore> = case.store.clone();
+    for gap in [0u64, 64 << 10, 256 << 10, 1 << 20] {
+        let opts = ObjectStoreOptions { max_gap: gap, ..Default::default() };
+        let table = ObjectStoreEngine::with_len(dyn_store.clone(), case.loc.clone(), case.table.len() as u64, opts)
+            .unwrap()
+            .rows(RowLayout { base: 0, row_size: row, rows: None })
+            .unwrap();
+        let (ms, reqs) = case.measure(|| async { table.gather(case.ids).unwrap().await.unwrap().to_vec() }).await;
+        eprintln!("{label}: eagerio max_gap {gap}: {ms:.1} ms");
+        results.push((format!("eagerio, max_gap {} KiB", gap >> 10), ms, reqs));
+    }
+    let ranges = case.ranges();
+    let (ms, reqs) = case
+        .measure(|| async {
+            let store = case.store.clone();
+            let fetch = |r: Range<u64>| {
+                let store = store.clone();
+                async move { store.get_range(case.loc, r).await }
+            };
+            concat(coalesce_ranges(&ranges, fetch, OBJECT_STORE_COALESCE_DEFAULT).await.unwrap())
+        })
+        .await;
+    eprintln!("{label}: get_ranges: {ms:.1} ms");
+    results.push(("get_ranges (default: 1 MiB merge, 10 at a time)".into(), ms, reqs));
+    if throttled {
+        let (ms, reqs) =
+            case.measure(|| async { concat(case.store.get_ranges(case.loc, &ranges).await.unwrap()) }).await;
+        results.push(("ThrottledStore::get_ranges (one sleep per call)*".into(), ms, reqs));
+    }
+    let (ms, reqs) = case
+        .measure(|| async {
+            let futs = ranges.iter().map(|r| case.store.get_range(case.loc, r.clone()));
+            let parts: Vec<Bytes> = futures::future::try_join_all(futs).await.unwrap();
+            concat(parts)
+        })
+        .await;
+    results.push(("join_all(get_range per row)".into(), ms, reqs));
+
+    let base = results.iter().find(|r| r.0.starts_with("get_ranges")).map(|r| r.1).unwrap();
+    println!("\n{label}");
+    println!("| method | requests | median ms | vs get_ranges |");
+    println!("|---|---:|---:|---:|");
+    for (name, ms, reqs) in results {
+        println!("| {name} | {reqs} | {ms:.1} | {:.2}x |", base / ms);
+    }
+}
+
+fn table_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    StdRng::seed_from_u64(seed).fill(&mut v[..]);
+    v
+}
+
+fn row_ids(rows: u64, n: usize, seed: u64) -> Vec<u64> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.gen_range(0..rows)).collect()
+}
+
+struct Moto(Child, u16);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    Ok(resp.lines().next().unwrap_or_default().to_owned())
+}
+
+fn start_moto() -> Option<Moto> {
+    let port = TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let child = Command::new("python3")
+        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut m = Moto(child, port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http(port, "GET", "/").is_err() {
+        if Instant::now() > deadline || m.0.try_wait().ok().flatten().is_some() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(m)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let n = env("EAGERIO_ROWS", 10_000) as usize;
+    let row = env("EAGERIO_ROW_SIZE", 4096);
+    let runs = env("EAGERIO_RUNS", 3) as usize;
+    let latency = Duration::from_millis(env("EAGERIO_LATENCY_MS", 2));
+    let loc = Path::from("table.bin");
+
+    let table = table_bytes((env("EAGERIO_TABLE_MB", 1024) << 20) as usize, 1);
+    let rows = table.len() as u64 / row;
+    let ids = row_ids(rows, n, 2);
+    let mem = InMemory::new();
+    mem.put(&loc, PutPayload::from(table.clone())).await.unwrap();
+    let mem: Arc<dyn ObjectStore> = Arc::new(mem);
+    let per_bytes: Vec<u64> = std::env::var("EAGERIO_NS_PER_BYTE")
+        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_else(|_| vec![0, 10]);
+    for ns in per_bytes {
+        let cfg = ThrottleConfig {
+            wait_get_per_call: latency,
+            wait_get_per_byte: Duration::from_nanos(ns),
+            ..Default::default()
+        };
+        let throttled: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem.clone(), cfg));
+        let store = Arc::new(Counting { inner: throttled, gets: AtomicU64::new(0) });
+        let case = Case { store: &store, loc: &loc, table: &table, row, ids: &ids, runs };
+        let label = format!(
+            "ThrottledStore(InMemory): {latency:?} per GET, {ns} ns/byte; {n} rows of {row} B from a {} MiB table",
+            table.len() >> 20
+        );
+        run_all(&label, &case, true).await;
+    }
+    println!("\n* ThrottledStore::get_ranges sleeps once per call for all ranges; no remote store behaves so.");
+    drop(table);
+
+    let Some(moto) = start_moto() else {
+        println!("\nmoto_server: skipped (`pip install 'moto[server]'` to run it)");
+        return;
+    };
+    assert!(http(moto.1, "PUT", "/bench").unwrap().contains(" 200"));
+    let s3: Arc<dyn ObjectStore> = Arc::new(
+        AmazonS3Builder::new()
+            .with_endpoint(format!("http://127.0.0.1:{}", moto.1))
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name("bench")
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .with_virtual_hosted_style_request(false)
+            .build()
+            .unwrap(),
+    );
+    let table = table_bytes((env("EAGERIO_MOTO_TABLE_MB", 64) << 20) as usize, 3);
+    let rows = table.len() as u64 / row;
+    let ids = row_ids(rows, n, 4);
+    eprintln!("moto: uploading {} MiB", table.len() >> 20);
+    // One part in flight at a time: moto (Python) slows to a crawl under concurrent 8 MiB parts.
+    let opts =
+        WriterOptions { sink: SinkOptions { max_in_flight_bytes: 8 << 20, append_from: 0 }, ..Default::default() };
+    let sink = ObjectStoreWriter::create(s3.clone(), loc.clone(), opts).await.unwrap();
+    for chunk in table.chunks(8 << 20) {
+        drop(sink.append(Bytes::copy_from_slice(chunk)));
+    }
+    sink.close().await.unwrap();
+    eprintln!("moto: uploaded");
+    let store = Arc::new(Counting { inner: s3, gets: AtomicU64::new(0) });
+    let case = Case { store: &store, loc: &loc, table: &table, row, ids: &ids, runs };
+    let label = format!("moto_server (S3 on loopback): {n} rows of {row} B from a {} MiB table", table.len() >> 20);
+    run_all(&label, &case, false).await;
+}

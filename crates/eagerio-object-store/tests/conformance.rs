@@ -1,0 +1,42 @@
+//! The conformance suite on `InMemory` and `LocalFileSystem`.
+//!
+//! Every gather check runs on both stores, and `truncated_file_then_recovery` on the local one
+//! (an `InMemory` object is a copy: truncating the file cannot reach it; `tests/sink.rs` shrinks
+//! the object itself instead). Of the sink checks, `sink_write_error_reported` and
+//! `sink_closed_refuses_writes` run as they are. The other three cannot apply to an object store
+//! and have adapted versions in `tests/sink.rs`:
+//! - `sink_offsets_and_order` rewrites offset 0 with `write_at` after 64 appends: a multipart
+//!   upload cannot rewrite bytes already cut into parts;
+//! - `sink_flush_after_dropped_futures` reads the file after a `flush` and expects the writes
+//!   around a failed one to land: an object is visible only once the upload completes, and a
+//!   failed part dooms the whole upload (it is aborted);
+//! - `sink_backpressure_bound` reads the file after a `flush`, before the upload completes.
+
+mod common;
+
+mod in_memory {
+    use super::common::{block_on, Kind, StoreBackend};
+    use object_store::memory::InMemory;
+    use std::sync::Arc;
+
+    fn backend() -> StoreBackend {
+        StoreBackend::new(Kind::Upload(Arc::new(InMemory::new())))
+    }
+
+    eagerio_core::conformance_suite!(@tests backend(), block_on,
+        rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
+        read_error_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported, sink_closed_refuses_writes);
+}
+
+mod local_fs {
+    use super::common::{block_on, Kind, StoreBackend};
+
+    fn backend() -> StoreBackend {
+        StoreBackend::new(Kind::Local)
+    }
+
+    eagerio_core::conformance_suite!(@tests backend(), block_on,
+        rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
+        truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
+        sink_write_error_reported, sink_closed_refuses_writes);
+}
