@@ -251,7 +251,7 @@ pub async fn wait_staging_full<B: FaultBackend>(b: &B, src: &Source<B::Engine>, 
 enum Expected {
     Io { errno: i32, target: Target },
     Short { target: Target },
-    Panic { offset: u64 },
+    Panic { offset: u64, target: Target },
 }
 
 impl Expected {
@@ -264,8 +264,14 @@ impl Expected {
             (Expected::Short { target }, Error::ShortRead { target: t, .. }) => {
                 *t == target && text.contains(&target.to_string())
             }
-            (Expected::Panic { offset }, Error::Panicked { op: Op::Read, message, .. }) => {
+            (
+                Expected::Panic { offset, target },
+                Error::Panicked { op: Op::Read, message, offset: o, target: t, .. },
+            ) => {
                 message.contains(&format!("injected panic at CopyOut offset {offset}"))
+                    && *o == Some(offset)
+                    && *t == Some(target)
+                    && text.contains(&target.to_string())
             }
             _ => false,
         }
@@ -688,7 +694,7 @@ fn start_gather<E: eagerio_core::ReadEngine>(
             _ => {}
         }
         if faults.get(IoKind::CopyOut, e.offset, e.len as usize) == Some(Fault::Panic) {
-            expected.push(Expected::Panic { offset: e.offset });
+            expected.push(Expected::Panic { offset: e.offset, target: targets[first.request as usize] });
         }
     }
     let expect_bytes: Vec<u8> =

@@ -157,12 +157,16 @@ pub enum Error {
     },
     /// A worker or completion handler panicked while serving this operation. The ledger drained
     /// every read first; the source keeps serving.
-    #[error("{op} {path:?}: a worker panicked: {message}")]
+    #[error("{op} {path:?}{}: a worker panicked: {message}", at(*offset, *target))]
     Panicked {
         /// What was being done.
         op: Op,
         /// The file.
         path: PathBuf,
+        /// The file offset of the read being served, where one applies.
+        offset: Option<u64>,
+        /// The first row or range that read serves, where one applies.
+        target: Option<Target>,
         /// The panic's message, where it was a string.
         message: String,
     },
@@ -263,9 +267,13 @@ impl Error {
             Error::WriteFailed { path, failures } => {
                 Error::WriteFailed { path: path.clone(), failures: failures.clone() }
             }
-            Error::Panicked { op, path, message } => {
-                Error::Panicked { op: *op, path: path.clone(), message: message.clone() }
-            }
+            Error::Panicked { op, path, offset, target, message } => Error::Panicked {
+                op: *op,
+                path: path.clone(),
+                offset: *offset,
+                target: *target,
+                message: message.clone(),
+            },
             Error::Abandoned { op, path } => Error::Abandoned { op: *op, path: path.clone() },
             Error::Closed { path } => Error::Closed { path: path.clone() },
             Error::Unavailable { backend, reason, source } => {

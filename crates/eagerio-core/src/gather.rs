@@ -216,6 +216,8 @@ impl Drop for JobHandle {
             self.job.record_error(Error::Panicked {
                 op: Op::Read,
                 path: self.job.path.to_path_buf(),
+                offset: None,
+                target: None,
                 message: "a party panicked while serving the gather".into(),
             });
         }
@@ -313,6 +315,21 @@ impl JobHandle {
     /// Fails the job with `err` (the first error wins); no further extents are issued.
     pub fn fail(&self, err: Error) {
         self.job.record_error(err);
+    }
+
+    /// Fails the job with [`Error::Panicked`] for a panic caught while serving `extent` (a hook,
+    /// the read, or the copy-out): the error names the extent's offset and the first row or
+    /// range it serves, and carries the panic's message.
+    pub fn fail_panicked(&self, extent: usize, payload: &(dyn std::any::Any + Send)) {
+        let job = &*self.job;
+        let first = job.plan.pieces(extent)[0];
+        self.fail(Error::Panicked {
+            op: Op::Read,
+            path: job.path.to_path_buf(),
+            offset: Some(job.plan.extents()[extent].offset),
+            target: Some(job.target(first.request)),
+            message: crate::error::panic_message(payload),
+        });
     }
 
     /// Counts `rows` requests as served from resident memory (adaptive mode).

@@ -147,7 +147,13 @@ impl ReadEngine for KernelEngine {
                         // A loom report (or any real failure) must not be swallowed.
                         resume_unwind(payload);
                     }
-                    job.fail(Error::Panicked { op: Op::Read, path: job.path().to_path_buf(), message });
+                    job.fail(Error::Panicked {
+                        op: Op::Read,
+                        path: job.path().to_path_buf(),
+                        offset: None,
+                        target: None,
+                        message,
+                    });
                 }
                 drop(job);
             });

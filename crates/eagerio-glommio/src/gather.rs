@@ -17,7 +17,6 @@ use std::{
 };
 
 use eagerio_core::{
-    error::panic_message,
     fault::{Action, Hook, IoKind, IoPoint},
     Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source,
 };
@@ -39,11 +38,21 @@ pub struct GlommioOptions {
     /// read is queued (`Read`) and when its bytes are copied out (`CopyOut`); a hook that sleeps
     /// stalls the whole executor, not one read.
     pub hook: Option<Hook>,
+    /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
+    /// gather call, on the executor thread; only the misses are read with `O_DIRECT` (see
+    /// [`eagerio_core::residency`]). Default on.
+    pub adaptive: bool,
 }
 
 impl Default for GlommioOptions {
     fn default() -> Self {
-        GlommioOptions { depth: 128, max_read: 64 * 1024, max_gap: eagerio_core::DEFAULT_MAX_GAP, hook: None }
+        GlommioOptions {
+            depth: 128,
+            max_read: 64 * 1024,
+            max_gap: eagerio_core::DEFAULT_MAX_GAP,
+            hook: None,
+            adaptive: true,
+        }
     }
 }
 
@@ -125,7 +134,10 @@ pub(crate) fn alignment(path: &Path, file: &DmaFile) -> u64 {
 }
 
 impl GlommioEngine {
-    /// Opens `path` for gathers with `O_DIRECT`, on the current glommio executor.
+    /// Opens `path` for gathers with `O_DIRECT`, on the current glommio executor. With
+    /// [`GlommioOptions::adaptive`] (the default) the file is also mapped read-only, so that rows
+    /// already in the page cache are copied in the gather call instead of read; if it cannot be
+    /// mapped, every row is read and the reason is logged.
     ///
     /// Must be called (and the engine used) on a glommio `LocalExecutor`; build one with
     /// [`executor`](crate::executor) to get a clear error where glommio cannot run.
@@ -185,7 +197,8 @@ impl GlommioEngine {
             pump: Pump::new(),
             st: RefCell::new(LaneState::default()),
         };
-        Ok(Source::new(GlommioEngine { lane: Rc::new(lane) }).with_max_gap(opts.max_gap))
+        let source = Source::new(GlommioEngine { lane: Rc::new(lane) }).with_max_gap(opts.max_gap);
+        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
     }
 
     /// Opens `path` as a table of fixed-size rows.
@@ -322,10 +335,6 @@ impl Lane {
         entry.in_flight.set(entry.in_flight.get() - 1);
     }
 
-    fn panicked(&self, payload: &(dyn std::any::Any + Send)) -> Error {
-        Error::Panicked { op: Op::Read, path: self.info.path.clone(), message: panic_message(payload) }
-    }
-
     /// Starts extent `i` of `entry` (its slot is already counted).
     fn issue(self: &Rc<Self>, entry: Rc<Entry>, i: usize) {
         let e = entry.handle.plan().extents()[i];
@@ -336,7 +345,7 @@ impl Lane {
         };
         let cap = match action {
             Err(payload) => {
-                entry.handle.fail(self.panicked(&*payload));
+                entry.handle.fail_panicked(i, &*payload);
                 self.release(&entry);
                 return;
             }
@@ -371,7 +380,7 @@ impl Lane {
             Err(err) => entry.handle.complete(i, &[], Err(err)),
         }));
         if let Err(payload) = step {
-            entry.handle.fail(self.panicked(&*payload));
+            entry.handle.fail_panicked(i, &*payload);
         }
         self.release(entry);
         self.fill();

@@ -3,6 +3,10 @@
 //! completion while the caller awaits something else, without the returned future ever being
 //! polled. Asserted on counters and on completion, never on time.
 
+mod common;
+
+use common::{block_on, Fixture};
+
 use std::{
     future::Future,
     pin::Pin,
@@ -17,13 +21,9 @@ use std::{
 use bytes::Bytes;
 use eagerio_core::{
     fault::{Action, Hook, IoKind},
-    DataSink, RowLayout,
+    DataSink,
 };
-use eagerio_glommio::{GlommioEngine, GlommioOptions, GlommioWriter, WriterOptions};
-
-fn run<F: Future>(f: F) -> F::Output {
-    eagerio_glommio::block_on(f).expect("glommio executor")
-}
+use eagerio_glommio::{GlommioOptions, GlommioWriter, WriterOptions};
 
 /// Counts I/Os of one kind as they are queued.
 fn counter(kind: IoKind) -> (Hook, Arc<AtomicUsize>) {
@@ -56,24 +56,12 @@ impl Wake for CountWakes {
     }
 }
 
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i % 251) as u8).collect()
-}
-
 #[test]
 fn gather_reads_queued_at_call_and_completed_without_polling() {
-    run(async {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t");
-        let file = pattern(4096 * 16);
-        std::fs::write(&path, &file).unwrap();
+    block_on(async {
         let (hook, queued) = counter(IoKind::Read);
         let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let table = GlommioEngine::open(&path, opts)
-            .await
-            .unwrap()
-            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
-            .unwrap();
+        let Fixture { file, table, dir: _dir } = Fixture::new(16, opts).await;
         let mut fut = table.gather(&[3, 9, 15]).unwrap();
         // The call returned: three reads queued to the ring, three slots held.
         assert_eq!(queued.load(Ordering::SeqCst), 3);
@@ -104,16 +92,10 @@ fn gather_reads_queued_at_call_and_completed_without_polling() {
 
 #[test]
 fn four_gathers_in_flight_before_any_await() {
-    run(async {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t");
-        std::fs::write(&path, pattern(4096 * 64)).unwrap();
+    block_on(async {
         let (hook, queued) = counter(IoKind::Read);
-        let table = GlommioEngine::open(&path, GlommioOptions { hook: Some(hook), ..Default::default() })
-            .await
-            .unwrap()
-            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
-            .unwrap();
+        let Fixture { table, dir: _dir, .. } =
+            Fixture::new(64, GlommioOptions { hook: Some(hook), ..Default::default() }).await;
         // Four gathers of one row each: one read per gather, all queued by the calls.
         let mut futs: Vec<_> = (0..4u64).map(|i| table.gather(&[i * 10]).unwrap()).collect();
         assert_eq!(queued.load(Ordering::SeqCst), 4, "all 4 gathers' reads must be queued before the first await");
@@ -131,7 +113,7 @@ fn four_gathers_in_flight_before_any_await() {
 
 #[test]
 fn sink_writes_queued_at_call_and_completed_without_polling() {
-    run(async {
+    block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let (hook, queued) = counter(IoKind::Write);

@@ -1,8 +1,11 @@
 //! The in-flight ledger on glommio: dropped gathers, panics and errors never free a slot early,
 //! and the file keeps serving.
 
+mod common;
+
+use common::{block_on, pattern, rows, Fixture};
+
 use std::{
-    future::Future,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -12,35 +15,15 @@ use std::{
 
 use eagerio_core::{
     fault::{Action, Hook, IoKind},
-    Error, RowLayout,
+    Error, RowLayout, Target,
 };
 use eagerio_glommio::{GlommioEngine, GlommioOptions};
 
-fn run<F: Future>(f: F) -> F::Output {
-    eagerio_glommio::block_on(f).expect("glommio executor")
-}
-
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect()
-}
-
-fn rows(file: &[u8], size: usize, ids: &[u64]) -> Vec<u8> {
-    ids.iter().flat_map(|&r| file[r as usize * size..(r as usize + 1) * size].iter().copied()).collect()
-}
-
 #[test]
 fn dropped_gather_keeps_its_slots_until_its_reads_complete() {
-    run(async {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t");
-        let file = pattern(4096 * 1024);
-        std::fs::write(&path, &file).unwrap();
+    block_on(async {
         let opts = GlommioOptions { depth: 16, max_gap: 0, ..Default::default() };
-        let table = GlommioEngine::open(&path, opts)
-            .await
-            .unwrap()
-            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
-            .unwrap();
+        let Fixture { file, table, dir: _dir } = Fixture::new(1024, opts).await;
         let engine = table.source().engine().clone();
         let big: Vec<u64> = (0..1024).step_by(2).collect();
         drop(table.gather(&big).unwrap());
@@ -60,11 +43,7 @@ fn dropped_gather_keeps_its_slots_until_its_reads_complete() {
 
 #[test]
 fn a_panicking_hook_fails_the_gather_not_the_caller() {
-    run(async {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t");
-        let file = pattern(4096 * 64);
-        std::fs::write(&path, &file).unwrap();
+    block_on(async {
         let armed = Arc::new(AtomicBool::new(true));
         let a = armed.clone();
         let hook = Hook::new(move |p| {
@@ -78,13 +57,10 @@ fn a_panicking_hook_fails_the_gather_not_the_caller() {
             }
         });
         let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let table = GlommioEngine::open(&path, opts)
-            .await
-            .unwrap()
-            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
-            .unwrap();
+        let Fixture { file, table, dir: _dir } = Fixture::new(64, opts).await;
         let e = table.gather(&[1, 7, 30]).unwrap().await.unwrap_err();
-        assert!(matches!(e, Error::Panicked { .. }), "{e}");
+        // The error names the row whose read the hook panicked in, and its offset.
+        assert!(matches!(e, Error::Panicked { target: Some(Target::Row(7)), offset: Some(28672), .. }), "{e}");
         assert!(e.to_string().contains("injected panic"), "{e}");
         assert!(table.source().engine().is_idle());
         armed.store(false, Ordering::SeqCst);
@@ -95,11 +71,7 @@ fn a_panicking_hook_fails_the_gather_not_the_caller() {
 
 #[test]
 fn a_panic_while_copying_out_fails_the_gather_and_frees_the_slot() {
-    run(async {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t");
-        let file = pattern(4096 * 64);
-        std::fs::write(&path, &file).unwrap();
+    block_on(async {
         let armed = Arc::new(AtomicBool::new(true));
         let a = armed.clone();
         let hook = Hook::new(move |p| {
@@ -110,11 +82,7 @@ fn a_panic_while_copying_out_fails_the_gather_and_frees_the_slot() {
             }
         });
         let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let table = GlommioEngine::open(&path, opts)
-            .await
-            .unwrap()
-            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
-            .unwrap();
+        let Fixture { file, table, dir: _dir } = Fixture::new(64, opts).await;
         let e = table.gather(&[0, 20]).unwrap().await.unwrap_err();
         assert!(matches!(e, Error::Panicked { .. }), "{e}");
         assert!(table.source().engine().is_idle());
@@ -125,11 +93,13 @@ fn a_panic_while_copying_out_fails_the_gather_and_frees_the_slot() {
 
 #[test]
 fn reads_are_aligned_to_the_device() {
-    run(async {
+    block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
         let file = pattern(90 * 10_000 + 17);
         std::fs::write(&path, &file).unwrap();
+        // Evicted, so the adaptive mode serves nothing and every row is read.
+        eagerio_core::sys::evict(&path).unwrap();
         let src = GlommioEngine::open(&path, GlommioOptions::default()).await.unwrap();
         let align = src.info().align;
         assert!(align >= 512 && align.is_power_of_two(), "{align}");
@@ -150,7 +120,7 @@ fn reads_are_aligned_to_the_device() {
 
 #[test]
 fn bad_options_are_refused() {
-    run(async {
+    block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
         std::fs::write(&path, pattern(8192)).unwrap();

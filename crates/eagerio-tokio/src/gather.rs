@@ -3,10 +3,9 @@
 use std::{fs::File, panic::AssertUnwindSafe, path::Path, sync::Arc};
 
 use eagerio_core::{
-    error::panic_message,
     fault::{with_hook, Hook, IoKind, IoPoint},
     sys::{self, DirectIo},
-    Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source, Staging, DEFAULT_STAGING_BYTES,
+    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source, Staging, DEFAULT_STAGING_BYTES,
 };
 
 /// Options of the tokio gather engine.
@@ -153,7 +152,6 @@ impl ReadEngine for TokioEngine {
 /// One blocking worker: refills from the job until no extent is left.
 fn worker(inner: &Inner, job: JobHandle) {
     let align = if inner.direct { inner.info.align } else { 1 };
-    let path = inner.info.path.clone();
     while let Some(i) = job.next_extent() {
         let e = job.plan().extents()[i];
         let mut slot = inner.staging.acquire_blocking();
@@ -172,7 +170,7 @@ fn worker(inner: &Inner, job: JobHandle) {
             slot.with(|buf| job.complete(i, buf, res));
         }));
         if let Err(payload) = step {
-            job.fail(Error::Panicked { op: Op::Read, path: path.clone(), message: panic_message(&*payload) });
+            job.fail_panicked(i, &*payload);
             return;
         }
     }

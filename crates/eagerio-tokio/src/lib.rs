@@ -66,6 +66,8 @@ async fn asyncify<T: Send + 'static>(
     rt.spawn_blocking(f).await.map_err(|e| Error::Panicked {
         op: Op::Open,
         path: path.to_path_buf(),
+        offset: None,
+        target: None,
         message: e.to_string(),
     })?
 }

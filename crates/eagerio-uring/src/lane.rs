@@ -32,7 +32,6 @@
 use std::{collections::VecDeque, io, panic::AssertUnwindSafe, path::PathBuf, sync::Arc};
 
 use eagerio_core::{
-    error::panic_message,
     fault::{Action, Hook, IoKind, IoPoint},
     loom::{lock, AtomicUsize, Mutex, Ordering},
     Error, JobHandle, Op, SlotLease, Staging, SyncOp, WriteEngine, WriteOp,
@@ -413,7 +412,6 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 }
                 let mut result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(done as usize) };
                 let point = IoPoint { kind: IoKind::Read, offset, len: len as usize };
-                let path = &self.cfg.path;
                 let hook = self.cfg.hook.as_ref();
                 let active = self.jobs[job].as_mut().expect("a read's job is active");
                 // The lease is `Completing`: the kernel is done with the slot. It is dropped (and
@@ -426,11 +424,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                     lease.with(|buf| active.handle.complete(extent, buf, result));
                 }));
                 if let Err(payload) = copied {
-                    active.handle.fail(Error::Panicked {
-                        op: Op::Read,
-                        path: path.clone(),
-                        message: panic_message(&*payload),
-                    });
+                    active.handle.fail_panicked(extent, &*payload);
                 }
                 drop(lease);
                 active.in_flight -= 1;

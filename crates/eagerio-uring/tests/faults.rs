@@ -137,8 +137,8 @@ fn panic_in_copy_out_is_an_error_and_the_lane_survives() {
     });
     let t = table(&path, Some(hook));
     let e = block_on(t.gather(&[3, 77, 5]).unwrap()).unwrap_err();
-    assert!(matches!(e, Error::Panicked { .. }), "{e}");
-    assert!(e.to_string().contains("injected panic at CopyOut"), "{e}");
+    assert!(matches!(e, Error::Panicked { target: Some(Target::Row(77)), .. }), "{e}");
+    assert!(e.to_string().contains("row 77") && e.to_string().contains("injected panic at CopyOut"), "{e}");
     wait_full(&t);
     let ids: Vec<u64> = (0..400).map(|_| rng.gen_range(0..512)).collect();
     assert_eq!(block_on(t.gather(&ids).unwrap()).unwrap(), expect(&data, &ids));

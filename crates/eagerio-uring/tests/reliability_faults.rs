@@ -3,41 +3,14 @@
 //! panics) against the io_uring lanes. The hook is evaluated on the lane thread at each
 //! completion. `EAGERIO_SEED=<seed>` replays a schedule.
 
-#[path = "../../../tests/support/fault_schedule.rs"]
-mod fault_schedule;
+mod common;
 
-use std::path::Path;
+use common::{fault_schedule, fault_schedule::Config, Uring};
+use eagerio_uring::{Mode, UringEngine, UringOptions};
 
-use eagerio_core::{conformance::Backend, fault::Hook, Result, Sink, SinkOptions, Source};
-use eagerio_uring::{Mode, UringEngine, UringOptions, UringWriter, UringWriterOptions};
-use fault_schedule::{Config, FaultBackend};
-
-struct Uring;
-
-impl Backend for Uring {
-    type Engine = UringEngine;
-    type Writer = UringWriter;
-
-    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<UringEngine>> {
-        UringEngine::open(path, UringOptions { hook, depth: 32, ..Default::default() }).await
-    }
-
-    async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<UringWriter>> {
-        UringWriter::create(path, UringWriterOptions { sink, hook, ..Default::default() })
-    }
-
-    fn staging_full(&self, source: &Source<UringEngine>) -> bool {
-        source.engine().staging_full()
-    }
-}
-
-impl FaultBackend for Uring {
-    const NAME: &'static str = "uring";
-
-    async fn pause(&self) {
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
-}
+/// A small depth (32 reads in flight per lane), so the schedule's gathers queue behind one
+/// another.
+const URING: Uring = Uring { opts: || UringOptions { depth: 32, ..Default::default() }, mode: None };
 
 #[test]
 fn faults_random_schedule_10k_ops() {
@@ -56,7 +29,7 @@ fn faults_random_schedule_10k_ops() {
     // A watchdog turns a stalled gather into a failure instead of a hung test run.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rep = rt.block_on(fault_schedule::run(&Uring, Config::default()));
+        let rep = rt.block_on(fault_schedule::run(&URING, Config::default()));
         let _ = tx.send(rep);
     });
     let rep = match rx.recv_timeout(std::time::Duration::from_secs(300)) {

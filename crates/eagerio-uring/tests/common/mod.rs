@@ -1,0 +1,73 @@
+//! The io_uring lanes as the shared suites see them: the conformance suite (`Backend`) and the
+//! reliability schedules (`FaultBackend`). One copy for every test binary of this crate.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+#[path = "../../../../tests/support/fault_schedule.rs"]
+pub mod fault_schedule;
+
+use std::path::Path;
+
+use eagerio_core::{conformance::Backend, fault::Hook, Result, Sink, SinkOptions, Source};
+use eagerio_uring::{Mode, UringEngine, UringOptions, UringWriter, UringWriterOptions};
+use fault_schedule::FaultBackend;
+
+/// Opens sources with `opts()` plus the suite's hook; with `mode` set, every open asserts the
+/// engine came up in that mode (so a silent fallback cannot pass as the mode under test).
+pub struct Uring {
+    pub opts: fn() -> UringOptions,
+    pub mode: Option<Mode>,
+}
+
+impl Default for Uring {
+    fn default() -> Self {
+        Uring { opts: UringOptions::default, mode: None }
+    }
+}
+
+impl Backend for Uring {
+    type Engine = UringEngine;
+    type Writer = UringWriter;
+
+    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<UringEngine>> {
+        let src = UringEngine::open(path, UringOptions { hook, ..(self.opts)() }).await?;
+        if let Some(mode) = self.mode {
+            assert_eq!(src.engine().mode(), mode, "{:?}", src.engine().fallback_reason());
+        }
+        Ok(src)
+    }
+
+    async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<UringWriter>> {
+        UringWriter::create(path, UringWriterOptions { sink, hook, ..Default::default() })
+    }
+
+    fn staging_full(&self, source: &Source<UringEngine>) -> bool {
+        source.engine().staging_full()
+    }
+}
+
+impl FaultBackend for Uring {
+    const NAME: &'static str = "uring";
+
+    async fn pause(&self) {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+/// What default options give here: registration needs CAP_IPC_LOCK (root) or a memlock limit
+/// above the lane's 8 MiB of staging.
+pub fn registered_mode() -> Mode {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root || eagerio_uring::memlock_limit() > 8 << 20 {
+        Mode::Registered
+    } else {
+        Mode::Unregistered
+    }
+}
+
+/// A fresh two-worker tokio runtime per call (the tokio fallback and the schedule's pauses need
+/// one; the lanes themselves run on any executor).
+pub fn tokio_block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(f)
+}
