@@ -21,8 +21,7 @@ use eagerio::uring::{UringEngine, UringOptions};
 use eagerio::RowLayout;
 
 #[path = "support/table.rs"]
-mod support;
-use support::{table, word};
+mod table;
 
 const TABLE_DIR: &str = "eagerio-adaptive";
 
@@ -32,7 +31,7 @@ const ROWS: usize = 40_000;
 const RUNS: usize = 3;
 
 fn ids(seed: u64, rows: u64) -> Vec<u64> {
-    (0..ROWS as u64).map(|i| ((word(seed ^ (i << 24) ^ 0xADA) as u128 * rows as u128) >> 64) as u64).collect()
+    table::ids(seed ^ 0xADA, ROWS, rows)
 }
 
 /// Pages of `path` in the page cache (mincore over a fresh mapping).
@@ -92,7 +91,7 @@ fn check(got: &[u8], reference: &[u8]) -> AnyResult<()> {
 
 fn main() -> AnyResult<()> {
     let mb: u64 = std::env::var("EAGERIO_ADAPTIVE_MB").ok().and_then(|s| s.parse().ok()).unwrap_or(2048);
-    let path = table(TABLE_DIR, mb)?;
+    let path = table::in_target(TABLE_DIR, mb << 20)?;
     let file = File::open(&path)?;
     println!("table {mb} MiB, {ROWS} rows per gather, median of {RUNS}\n");
     println!("| rows | state | mmap + memcpy | direct only | adaptive | adaptive vs mmap | adaptive vs direct | served resident |");

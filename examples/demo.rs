@@ -13,7 +13,6 @@
 
 use std::{
     fs::File,
-    io::Write,
     os::unix::fs::FileExt,
     path::Path,
     time::{Duration, Instant},
@@ -21,6 +20,9 @@ use std::{
 
 use eagerio::tokio::{TokioEngine, TokioOptions};
 use eagerio::RowLayout;
+
+#[path = "support/table.rs"]
+mod table;
 
 /// Rows gathered per timed run.
 const ROWS: usize = 40_000;
@@ -32,72 +34,6 @@ const ROW_SIZES: [u64; 2] = [90, 4096];
 const SLOW_RUN: Duration = Duration::from_secs(6);
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-/// splitmix64: the fill function and the id generator.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The 8-byte word the table holds at word index `w` (file offset `8 * w`).
-fn word(w: u64) -> u64 {
-    mix(w ^ 0x5EED_7AB1_E000_0000)
-}
-
-/// Appends the file's bytes `[off, off + len)` as written by [`fill`].
-fn expected_into(out: &mut Vec<u8>, off: u64, len: u64) {
-    let end = off + len;
-    let mut p = off;
-    while p < end {
-        let w = p / 8;
-        let bytes = word(w).to_le_bytes();
-        let from = (p - w * 8) as usize;
-        let to = ((end - w * 8).min(8)) as usize;
-        out.extend_from_slice(&bytes[from..to]);
-        p = w * 8 + to as u64;
-    }
-}
-
-fn reference(ids: &[u64], row_size: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(ids.len() * row_size as usize);
-    for &id in ids {
-        expected_into(&mut out, id * row_size, row_size);
-    }
-    out
-}
-
-/// Writes `size` bytes of pseudo-random words.
-fn fill(path: &Path, size: u64) -> std::io::Result<()> {
-    const CHUNK: usize = 8 << 20;
-    let mut f = File::create(path)?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut off = 0u64;
-    while off < size {
-        let n = (size - off).min(CHUNK as u64) as usize;
-        let w0 = off / 8;
-        for (i, c) in buf[..n].chunks_mut(8).enumerate() {
-            let b = word(w0 + i as u64).to_le_bytes();
-            c.copy_from_slice(&b[..c.len()]);
-        }
-        f.write_all(&buf[..n])?;
-        off += n as u64;
-    }
-    f.sync_all()
-}
-
-/// Seeded ids, drawn with replacement.
-fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
-    let mut s = mix(seed);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            // Multiply-shift: unbiased enough for a benchmark, no modulo cost.
-            ((mix(s) as u128 * rows as u128) >> 64) as u64
-        })
-        .collect()
-}
 
 fn gather_mmap(map: &[u8], ids: &[u64], row_size: u64) -> Vec<u8> {
     let rs = row_size as usize;
@@ -220,7 +156,7 @@ async fn demo() -> AnyResult<()> {
     let path = dir.path().join("table.bin");
 
     let t = Instant::now();
-    fill(&path, size)?;
+    table::write_table(&path, size)?;
     println!("table: {} ({mb} MiB) written and synced in {:.2} s", path.display(), t.elapsed().as_secs_f64());
 
     let mut cells: Vec<(u64, bool, Method, Cell)> = Vec::new();
@@ -251,20 +187,16 @@ async fn demo() -> AnyResult<()> {
                 let seed = row_size * 1_000 + u64::from(cold) * 100 + run as u64;
                 for (mi, &m) in Method::ALL.iter().enumerate() {
                     let n = cell[mi].reduced.unwrap_or(ROWS);
-                    let ids = ids(seed, n, rows);
-                    let want = reference(&ids, row_size);
+                    let ids = table::ids(seed, n, rows);
                     let before = ctx.table.stats();
                     let (el, out) = ctx.run(m, &ids, cold).await?;
                     let after = ctx.table.stats();
-                    if out != want {
+                    if let Err(e) = table::verify_rows(&out, &ids, row_size) {
                         cell[mi].failed = true;
-                        let first = out.iter().zip(&want).position(|(a, b)| a != b);
                         notes.push(format!(
-                            "MISMATCH: {} row {row_size} B {} run {run}: len {} vs {}, first differing byte {first:?}",
+                            "MISMATCH: {} row {row_size} B {} run {run}: {e}",
                             m.name(),
                             if cold { "cold" } else { "warm" },
-                            out.len(),
-                            want.len()
                         ));
                         continue;
                     }

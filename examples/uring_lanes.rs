@@ -20,29 +20,11 @@ use eagerio::uring::{SetupFlags, UringEngine, UringOptions};
 use eagerio::RowLayout;
 
 #[path = "support/table.rs"]
-mod support;
-use support::{table, word};
+mod table;
 
 const TABLE_DIR: &str = "eagerio-lanes";
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
-
-fn byte_at(off: u64) -> u8 {
-    word(off / 8).to_le_bytes()[(off % 8) as usize]
-}
-
-fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
-    (0..n as u64).map(|i| ((word(seed ^ (i << 20)) as u128 * rows as u128) >> 64) as u64).collect()
-}
-
-fn check(got: &[u8], ids: &[u64], row: u64) -> bool {
-    got.len() == ids.len() * row as usize
-        && ids.iter().enumerate().all(|(k, &id)| {
-            let out = &got[k * row as usize..(k + 1) * row as usize];
-            // Spot-check the first, middle and last bytes of every row: full checks in the bench.
-            [0, row / 2, row - 1].iter().all(|&o| out[o as usize] == byte_at(id * row + o))
-        })
-}
 
 /// Median cold gather time of `runs` gathers of `n` rows of `row` bytes.
 fn cold(path: &Path, opts: &UringOptions, row: u64, n: usize, runs: usize) -> AnyResult<Duration> {
@@ -50,14 +32,12 @@ fn cold(path: &Path, opts: &UringOptions, row: u64, n: usize, runs: usize) -> An
     let rows = table.rows();
     let mut times = Vec::new();
     for r in 0..runs {
-        let ids = ids(r as u64 * 7919 + row, n, rows);
+        let ids = table::ids(r as u64 * 7919 + row, n, rows);
         eagerio::core::sys::evict(path)?;
         let t = Instant::now();
         let got = futures::executor::block_on(table.gather(&ids)?)?;
         let dt = t.elapsed();
-        if !check(&got, &ids, row) {
-            return Err(format!("wrong bytes with {opts:?}").into());
-        }
+        table::verify_rows(&got, &ids, row).map_err(|e| format!("wrong bytes with {opts:?}: {e}"))?;
         times.push(dt);
     }
     times.sort();
@@ -73,7 +53,7 @@ fn main() -> AnyResult<()> {
     let runs: usize = std::env::var("EAGERIO_LANES_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
-    let path = table(TABLE_DIR, mb)?;
+    let path = table::in_target(TABLE_DIR, mb << 20)?;
     let n = 40_000;
     println!("table {} MiB, {n} rows per gather, median of {runs} cold runs\n", mb);
 
@@ -129,7 +109,7 @@ fn main() -> AnyResult<()> {
         for (name, direct) in [("buffered, cached", DirectIo::Off), ("O_DIRECT", DirectIo::Auto)] {
             let opts = UringOptions { direct, ..Default::default() };
             let table = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts)?;
-            let ids = ids(99, 2000, table.rows());
+            let ids = table::ids(99, 2000, table.rows());
             for &id in &ids {
                 futures::executor::block_on(table.gather(&[id])?)?;
             }

@@ -27,6 +27,7 @@ mod methods;
 mod probe;
 mod report;
 mod sink;
+#[path = "../../examples/support/table.rs"]
 mod table;
 
 use std::{

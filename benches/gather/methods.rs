@@ -77,8 +77,19 @@ pub trait Method {
     }
 }
 
-fn row_size_or_err(rs: Option<u64>) -> Res<u64> {
-    rs.ok_or_else(|| "method used before prepare".into())
+/// What a baseline opens in `prepare` and reads in `run`: the table file and its row size.
+#[derive(Default)]
+struct Opened(Option<(Arc<File>, u64)>);
+
+impl Opened {
+    fn open(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        self.0 = Some((Arc::new(File::open(&env.path)?), row_size));
+        Ok(())
+    }
+
+    fn get(&self) -> Res<(&Arc<File>, u64)> {
+        self.0.as_ref().map(|(f, rs)| (f, *rs)).ok_or_else(|| "method used before prepare".into())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,14 +241,13 @@ pub fn eagerio_at_depth(depth: usize) -> Vec<Box<dyn Method>> {
 /// `mmap` + `memcpy` of each row, with the kernel's default advice or `MADV_RANDOM`.
 pub struct Mmap {
     random: bool,
-    file: Option<File>,
+    opened: Opened,
     map: Option<memmap2::Mmap>,
-    row_size: Option<u64>,
 }
 
 impl Mmap {
     pub fn new(random: bool) -> Mmap {
-        Mmap { random, file: None, map: None, row_size: None }
+        Mmap { random, opened: Opened::default(), map: None }
     }
 }
 
@@ -252,9 +262,7 @@ impl Method for Mmap {
 
     fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
         self.map = None;
-        self.file = Some(File::open(&env.path)?);
-        self.row_size = Some(row_size);
-        Ok(())
+        self.opened.open(env, row_size)
     }
 
     /// A fresh mapping for every sample (dropped in `finish`): the kernel does not evict pages a
@@ -265,9 +273,9 @@ impl Method for Mmap {
             env.evict()?;
         }
         if self.map.is_none() {
-            let file = self.file.as_ref().ok_or("method used before prepare")?;
+            let (file, _) = self.opened.get()?;
             // SAFETY: the bench owns the table and nothing truncates or writes it while mapped.
-            let map = unsafe { memmap2::Mmap::map(file)? };
+            let map = unsafe { memmap2::Mmap::map(&**file)? };
             if self.random {
                 map.advise(memmap2::Advice::Random)?;
             }
@@ -281,7 +289,7 @@ impl Method for Mmap {
     }
 
     fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
-        let rs = row_size_or_err(self.row_size)? as usize;
+        let rs = self.opened.get()?.1 as usize;
         let map = self.map.as_ref().ok_or("mmap method run before ready")?;
         let mut out = Vec::with_capacity(ids.len() * rs);
         for &id in ids {
@@ -294,13 +302,12 @@ impl Method for Mmap {
 
 /// One buffered `pread` per row, in request order, on the calling thread.
 pub struct SerialPread {
-    file: Option<File>,
-    row_size: Option<u64>,
+    opened: Opened,
 }
 
 impl SerialPread {
     pub fn new() -> SerialPread {
-        SerialPread { file: None, row_size: None }
+        SerialPread { opened: Opened::default() }
     }
 }
 
@@ -314,14 +321,11 @@ impl Method for SerialPread {
     }
 
     fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
-        self.file = Some(File::open(&env.path)?);
-        self.row_size = Some(row_size);
-        Ok(())
+        self.opened.open(env, row_size)
     }
 
     fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
-        let rs = row_size_or_err(self.row_size)?;
-        let file = self.file.as_ref().ok_or("method used before prepare")?;
+        let (file, rs) = self.opened.get()?;
         let mut out = vec![0u8; ids.len() * rs as usize];
         for (chunk, &id) in out.chunks_exact_mut(rs as usize).zip(ids) {
             file.read_exact_at(chunk, id * rs)?;
@@ -359,13 +363,12 @@ fn scatter(uniq: &[u8], slot: &[u32], rs: usize) -> Vec<u8> {
 /// used), then a copy into request order.
 pub struct PoolPread {
     threads: usize,
-    file: Option<File>,
-    row_size: Option<u64>,
+    opened: Opened,
 }
 
 impl PoolPread {
     pub fn new(threads: usize) -> PoolPread {
-        PoolPread { threads, file: None, row_size: None }
+        PoolPread { threads, opened: Opened::default() }
     }
 }
 
@@ -379,15 +382,13 @@ impl Method for PoolPread {
     }
 
     fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
-        self.file = Some(File::open(&env.path)?);
-        self.row_size = Some(row_size);
-        Ok(())
+        self.opened.open(env, row_size)
     }
 
     fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
         const BATCH: usize = 16;
-        let rs = row_size_or_err(self.row_size)? as usize;
-        let file = self.file.as_ref().ok_or("method used before prepare")?;
+        let (file, rs) = self.opened.get()?;
+        let rs = rs as usize;
         let (unique, slot) = sort_dedup(ids);
         let mut uniq = vec![0u8; unique.len() * rs];
         // Work is handed out in batches of BATCH consecutive rows, in file order.
@@ -416,13 +417,12 @@ impl Method for PoolPread {
 
 /// What a tokio user writes today: `join_all` of one `spawn_blocking(pread)` per row.
 pub struct TokioJoinAll {
-    file: Option<Arc<File>>,
-    row_size: Option<u64>,
+    opened: Opened,
 }
 
 impl TokioJoinAll {
     pub fn new() -> TokioJoinAll {
-        TokioJoinAll { file: None, row_size: None }
+        TokioJoinAll { opened: Opened::default() }
     }
 }
 
@@ -436,14 +436,12 @@ impl Method for TokioJoinAll {
     }
 
     fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
-        self.file = Some(Arc::new(File::open(&env.path)?));
-        self.row_size = Some(row_size);
-        Ok(())
+        self.opened.open(env, row_size)
     }
 
     fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut> {
-        let rs = row_size_or_err(self.row_size)?;
-        let file = self.file.clone().ok_or("method used before prepare")?;
+        let (file, rs) = self.opened.get()?;
+        let file = file.clone();
         let rows = env.rt.block_on(async {
             futures::future::join_all(ids.iter().map(|&id| {
                 let file = file.clone();
@@ -678,7 +676,11 @@ async fn eager_glommio_loop(
             Ok(fut) => fut.await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        let _ = reply.send(result.map(|b| (b, table.stats().reads - before)));
+        let reads = table.stats().reads - before;
+        // As `Eager::finish` after every sample: the adaptive mode's mapping would keep the pages
+        // it copied mapped, and the next cold sample's eviction would skip them.
+        table.source().unmap_resident();
+        let _ = reply.send(result.map(|b| (b, reads)));
     }
 }
 
