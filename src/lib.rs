@@ -7,6 +7,9 @@
 //! This facade re-exports the core ([`core`]) and one module per backend feature:
 //! - `tokio` (default): [`tokio`], reads and writes on tokio's blocking pool.
 //! - `uring` (default): [`uring`], io_uring lanes with registered staging.
+//! - `glommio` (default): [`glommio`], thread-per-core over glommio's `DmaFile`.
+//! - `object-store` (off by default: it brings an HTTP client): [`object_store`], range GETs
+//!   and multipart uploads on any `object_store::ObjectStore` (S3, GCS, Azure, local, memory).
 //!
 //! ```no_run
 //! # #[cfg(feature = "tokio")]
@@ -35,3 +38,7 @@ pub use eagerio_glommio as glommio;
 /// The io_uring backend: lanes, each owning a ring, registered staging and a file table.
 #[cfg(feature = "uring")]
 pub use eagerio_uring as uring;
+
+/// Remote gathers and sinks: range GETs and multipart uploads on any `object_store` store.
+#[cfg(feature = "object-store")]
+pub use eagerio_object_store as object_store;

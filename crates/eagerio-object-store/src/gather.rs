@@ -19,11 +19,12 @@ use crate::error::to_io;
 
 /// Default gap bound: two wanted byte ranges closer than this are fetched by one GET.
 ///
-/// At 2 ms per request and about 100 MB/s per request stream, reading a 256 KiB hole costs about
-/// as much as a second request. Measured with `examples/remote_gather.rs` (10,000 random 4 KiB
-/// rows of a 1 GiB object, 64 GETs in flight, 2 ms + 10 ns/byte per GET): 0 B 535 ms, 64 KiB
-/// 343 ms, 256 KiB 227 ms, 1 MiB 250 ms. Raise it for higher-latency stores (S3 across regions:
-/// 1-4 MiB), lower it when bytes are billed.
+/// A hole is worth reading when it costs less than another request: below the latency times one
+/// stream's bandwidth (2 ms x 100 MB/s = 200 KB). Measured with `examples/remote_gather.rs`
+/// (10,000 random 4 KiB rows of a 1 GiB object, 64 GETs in flight, 2 ms + 10 ns/byte per GET):
+/// 0 B 530 ms, 64 KiB 321 ms, 256 KiB 225 ms, 1 MiB 222 ms (fewer requests, 2.5x the bytes).
+/// Raise it for higher-latency stores (S3 across regions: 1-4 MiB), lower it when bytes are
+/// billed.
 pub const DEFAULT_MAX_GAP: u64 = 256 * 1024;
 
 /// Default largest range per GET: 8 MiB. Longer extents are split so they fetch in parallel.
@@ -33,12 +34,17 @@ pub const DEFAULT_MAX_REQUEST: u64 = 8 << 20;
 #[derive(Debug, Clone)]
 pub struct ObjectStoreOptions {
     /// GETs in flight per gather: the number of tokio tasks a gather spawns, each issuing one GET
-    /// at a time. Default 64.
+    /// at a time. Default 64, a load most stores take from one client. Where the store allows
+    /// more, more is faster: 256 took the benchmark's gather from 225 ms to 132 ms (see
+    /// `docs/bench/remote-gather.md`); 16 took it to 687 ms.
     pub concurrency: usize,
     /// Largest hole fetched to join two wanted ranges (the read-amplification bound). Default
     /// [`DEFAULT_MAX_GAP`].
     pub max_gap: u64,
-    /// Largest range of one GET, 1 byte to 1 GiB. Default [`DEFAULT_MAX_REQUEST`].
+    /// Largest range of one GET, 1 byte to 1 GiB. Default [`DEFAULT_MAX_REQUEST`]. Smaller
+    /// GETs spread a dense gather over more streams: with 256 in flight, 1 MiB took the
+    /// benchmark's gather from 132 ms to 92 ms. Stores that pay per request (moto reads the whole
+    /// object for each) want it larger.
     pub max_request: u64,
     /// The name used for the object in errors. Default `<store>/<path>` (e.g.
     /// `AmazonS3(bucket)/tables/t.bin`).

@@ -1,6 +1,7 @@
 //! The conformance suite on `InMemory` and `LocalFileSystem`.
 //!
-//! Every gather check runs on both stores, and `truncated_file_then_recovery` on the local one
+//! Every gather check runs on both stores (the two adaptive-mode checks check the bytes only: an
+//! object store has no page cache to serve from), and `truncated_file_then_recovery` on the local one
 //! (an `InMemory` object is a copy: truncating the file cannot reach it; `tests/sink.rs` shrinks
 //! the object itself instead). Of the sink checks, `sink_write_error_reported` and
 //! `sink_closed_refuses_writes` run as they are. The other three cannot apply to an object store
@@ -25,7 +26,8 @@ mod in_memory {
 
     eagerio_core::conformance_suite!(@tests backend(), block_on,
         rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
-        read_error_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported, sink_closed_refuses_writes);
+        read_error_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported, sink_closed_refuses_writes,
+        adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy);
 }
 
 mod local_fs {
@@ -38,5 +40,6 @@ mod local_fs {
     eagerio_core::conformance_suite!(@tests backend(), block_on,
         rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
-        sink_write_error_reported, sink_closed_refuses_writes);
+        sink_write_error_reported, sink_closed_refuses_writes, adaptive_resident_and_missing_rows,
+        adaptive_eviction_races_the_copy);
 }
