@@ -63,6 +63,13 @@ pub trait ReadEngine {
     /// Starts executing `job`. Reads must be in flight (or queued to a party that runs without
     /// being polled) when this returns.
     fn submit(&self, job: JobHandle);
+
+    /// The largest hole to read to join two extents in the next plan, for an engine that
+    /// measures what a read costs (a remote store: a request's latency against its bandwidth).
+    /// `None`, the default, keeps the source's bound ([`Source::with_max_gap`]).
+    fn max_gap(&self) -> Option<u64> {
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -490,9 +497,13 @@ impl<E: ReadEngine> Source<E> {
         RowTable::new(self, layout)
     }
 
-    /// The plan options in force.
+    /// The plan options the next gather is planned with: the source's, with the engine's
+    /// measured gap bound where it gives one ([`ReadEngine::max_gap`]).
     pub fn plan_options(&self) -> PlanOptions {
-        self.opts
+        match self.engine.max_gap() {
+            Some(max_gap) => PlanOptions { max_gap, ..self.opts },
+            None => self.opts,
+        }
     }
 
     /// The engine.
@@ -571,7 +582,7 @@ impl<E: ReadEngine> Source<E> {
         finish: fn(Bytes, &GatherJob) -> T,
     ) -> Result<GatherFuture<T>> {
         let started = Instant::now();
-        let plan = Plan::new(&requests, &self.opts)?;
+        let plan = Plan::new(&requests, &self.plan_options())?;
         out.clear();
         out.reserve(plan.out_len() as usize);
         let out_ptr = OutPtr(out.as_mut_ptr());

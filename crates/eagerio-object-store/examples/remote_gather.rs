@@ -7,7 +7,8 @@
 //! Stores: `ThrottledStore(InMemory)` with `EAGERIO_LATENCY_MS` (2) per GET and
 //! `EAGERIO_NS_PER_BYTE` (0, then 10: about 100 MB/s per request stream), and `moto_server` when
 //! it is installed (skipped with a note otherwise). Methods, over the same random rows:
-//! - `eagerio`: the gap bounds 0, 64 KiB, 256 KiB and 1 MiB at 64 GETs in flight (the default),
+//! - `eagerio`: its defaults (the gap tuned from the GETs' measured cost), then fixed gap bounds
+//!   of 0, 64 KiB, 256 KiB and 1 MiB at 64 GETs in flight (the default),
 //!   then 16 and 256 GETs in flight and GETs of at most 1 MiB (not 8) at the default 256 KiB gap;
 //! - `get_ranges`: object_store's default `ObjectStore::get_ranges`, which S3, GCS, Azure and HTTP
 //!   stores use: ranges closer than 1 MiB merged, 10 GETs at a time (`coalesce_ranges` over
@@ -183,8 +184,16 @@ async fn run_all(label: &str, case: &Case<'_>, sweep: &[(u64, usize, u64)], thro
     let row = case.row;
     let mut results: Vec<Row> = Vec::new();
     let dyn_store: Arc<dyn ObjectStore> = case.store.clone();
-    for &(gap, concurrency, max_request) in sweep {
-        let opts = ObjectStoreOptions { max_gap: gap, concurrency, max_request, ..Default::default() };
+    // The defaults, with the gap tuned from the GETs (the checked pass trains it), then the sweep
+    // with fixed gaps.
+    let fixed = sweep.iter().map(|&(gap, concurrency, max_request)| (Some(gap), concurrency, max_request));
+    for (gap, concurrency, max_request) in std::iter::once((None, 64, 8 << 20)).chain(fixed) {
+        let opts = match gap {
+            None => ObjectStoreOptions::default(),
+            Some(max_gap) => {
+                ObjectStoreOptions { max_gap, tune_gap: false, concurrency, max_request, ..Default::default() }
+            }
+        };
         let table = ObjectStoreEngine::with_len(dyn_store.clone(), case.loc.clone(), case.table.len() as u64, opts)
             .unwrap()
             .rows(RowLayout { base: 0, row_size: row, rows: None })
@@ -195,8 +204,19 @@ async fn run_all(label: &str, case: &Case<'_>, sweep: &[(u64, usize, u64)], thro
                 Ok(fut.await.map_err(|e| e.to_string())?.to_vec())
             })
             .await;
-        let name =
-            format!("eagerio, max_gap {} KiB, {concurrency} in flight, GETs <= {} MiB", gap >> 10, max_request >> 20);
+        let name = match gap {
+            None => match table.source().engine().tuned_gap() {
+                Some(g) => format!("eagerio defaults: gap tuned to {} KiB, 64 in flight, GETs <= 8 MiB", g >> 10),
+                None => "eagerio defaults: gap 256 KiB (GETs too alike to tune), 64 in flight, GETs <= 8 MiB".into(),
+            },
+            Some(gap) => {
+                format!(
+                    "eagerio, max_gap {} KiB, {concurrency} in flight, GETs <= {} MiB",
+                    gap >> 10,
+                    max_request >> 20
+                )
+            }
+        };
         eprintln!("{label}: {name}: {res:?}");
         results.push((name, res));
     }

@@ -5,8 +5,9 @@ use std::{
     path::PathBuf,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
-        Arc,
+        Arc, Mutex,
     },
+    time::Instant,
 };
 
 use eagerio_core::{
@@ -22,28 +23,42 @@ use crate::error::to_io;
 /// A hole is worth reading when it costs less than another request: below the latency times one
 /// stream's bandwidth (2 ms x 100 MB/s = 200 KB). Measured with `examples/remote_gather.rs`
 /// (10,000 random 4 KiB rows of a 1 GiB object, 64 GETs in flight, 2 ms + 10 ns/byte per GET):
-/// 0 B 530 ms, 64 KiB 321 ms, 256 KiB 225 ms, 1 MiB 222 ms (fewer requests, 2.5x the bytes).
-/// Raise it for higher-latency stores (S3 across regions: 1-4 MiB), lower it when bytes are
+/// 0 B 544 ms, 64 KiB 323 ms, 256 KiB 216 ms, 1 MiB 222 ms. It is where a tuned gap
+/// ([`ObjectStoreOptions::tune_gap`]) starts; as a fixed bound, raise it for higher-latency
+/// stores (at 20 ms per GET, 1 MiB took 258 ms against 451 ms) and lower it when bytes are
 /// billed.
 pub const DEFAULT_MAX_GAP: u64 = 256 * 1024;
 
 /// Default largest range per GET: 8 MiB. Longer extents are split so they fetch in parallel.
 pub const DEFAULT_MAX_REQUEST: u64 = 8 << 20;
 
+/// The bounds of a tuned gap ([`ObjectStoreOptions::tune_gap`]).
+pub const TUNED_GAP_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(16 << 20);
+
 /// Options of an [`ObjectStoreEngine`].
 #[derive(Debug, Clone)]
 pub struct ObjectStoreOptions {
     /// GETs in flight per gather: the number of tokio tasks a gather spawns, each issuing one GET
     /// at a time. Default 64, a load most stores take from one client. Where the store allows
-    /// more, more is faster: 256 took the benchmark's gather from 225 ms to 132 ms (see
-    /// `docs/bench/remote-gather.md`); 16 took it to 687 ms.
+    /// more, more is faster: 256 took the benchmark's gather from 216 ms to 139 ms (see
+    /// `docs/bench/remote-gather.md`); 16 took it to 681 ms.
     pub concurrency: usize,
     /// Largest hole fetched to join two wanted ranges (the read-amplification bound). Default
-    /// [`DEFAULT_MAX_GAP`].
+    /// [`DEFAULT_MAX_GAP`]. With [`tune_gap`](Self::tune_gap) it is the starting bound.
     pub max_gap: u64,
+    /// Measure the GETs and plan each gather with the gap their cost calls for. Default on.
+    ///
+    /// A hole is worth fetching when fetching it takes less than another request. The engine
+    /// fits each GET's duration to `latency + bytes / bandwidth` (least squares, weighted
+    /// toward the last few hundred GETs) and sets the gap to `latency x bandwidth`, within
+    /// [`TUNED_GAP_RANGE`]; until 16 GETs of differing sizes have been seen it uses `max_gap`.
+    /// A store at 20 ms per request and 100 MB/s per stream gets about 2 MB; one whose bytes
+    /// cost nothing gets the upper bound. Turn it off for a fixed read-amplification bound
+    /// (bytes are billed) or for reproducible plans.
+    pub tune_gap: bool,
     /// Largest range of one GET, 1 byte to 1 GiB. Default [`DEFAULT_MAX_REQUEST`]. Smaller
     /// GETs spread a dense gather over more streams: with 256 in flight, 1 MiB took the
-    /// benchmark's gather from 132 ms to 92 ms. Stores that pay per request (moto reads the whole
+    /// benchmark's gather from 139 ms to 86 ms. Stores that pay per request (moto reads the whole
     /// object for each) want it larger.
     pub max_request: u64,
     /// The name used for the object in errors. Default `<store>/<path>` (e.g.
@@ -59,6 +74,7 @@ impl Default for ObjectStoreOptions {
         ObjectStoreOptions {
             concurrency: 64,
             max_gap: DEFAULT_MAX_GAP,
+            tune_gap: true,
             max_request: DEFAULT_MAX_REQUEST,
             name: None,
             hook: None,
@@ -76,6 +92,61 @@ struct Inner {
     requests: AtomicU64,
     bytes_fetched: AtomicU64,
     workers: AtomicUsize,
+    /// The GETs' cost fit, when the gap is tuned.
+    fit: Option<Mutex<CostFit>>,
+    /// The tuned gap; 0 until the fit has enough GETs.
+    tuned_gap: AtomicU64,
+}
+
+/// A running least-squares fit of GET duration (seconds) against GET size (bytes), with older
+/// GETs weighted down by `DECAY` per GET.
+#[derive(Debug, Default)]
+struct CostFit {
+    n: f64,
+    sx: f64,
+    sy: f64,
+    sxx: f64,
+    sxy: f64,
+}
+
+impl CostFit {
+    /// Weight kept by each earlier GET per new one: about the last 200 GETs count.
+    const DECAY: f64 = 0.995;
+    /// GETs needed before the fit is used.
+    const MIN_GETS: f64 = 16.0;
+
+    fn add(&mut self, bytes: f64, secs: f64) {
+        let d = Self::DECAY;
+        self.n = self.n * d + 1.0;
+        self.sx = self.sx * d + bytes;
+        self.sy = self.sy * d + secs;
+        self.sxx = self.sxx * d + bytes * bytes;
+        self.sxy = self.sxy * d + bytes * secs;
+    }
+
+    /// `latency x bandwidth` within [`TUNED_GAP_RANGE`], or `None` while the sizes seen are too
+    /// alike to tell latency from bandwidth.
+    fn gap(&self) -> Option<u64> {
+        if self.n < Self::MIN_GETS {
+            return None;
+        }
+        let (mx, my) = (self.sx / self.n, self.sy / self.n);
+        let var = self.sxx / self.n - mx * mx;
+        // Sizes within about 10% of each other: the slope would be noise.
+        if var <= (0.1 * mx).powi(2) {
+            return None;
+        }
+        let per_byte = (self.sxy / self.n - mx * my) / var;
+        let latency = my - per_byte * mx;
+        let (lo, hi) = (*TUNED_GAP_RANGE.start(), *TUNED_GAP_RANGE.end());
+        Some(if latency <= 0.0 {
+            lo
+        } else if per_byte <= 0.0 {
+            hi
+        } else {
+            ((latency / per_byte) as u64).clamp(lo, hi)
+        })
+    }
 }
 
 /// Reads one object with range GETs on tokio tasks; the engine of a [`Source`]. Cloning shares
@@ -168,6 +239,8 @@ impl ObjectStoreEngine {
                 requests: AtomicU64::new(0),
                 bytes_fetched: AtomicU64::new(0),
                 workers: AtomicUsize::new(0),
+                fit: opts.tune_gap.then(|| Mutex::new(CostFit::default())),
+                tuned_gap: AtomicU64::new(0),
             }),
         };
         Ok(Source::new(engine).with_max_gap(opts.max_gap))
@@ -204,6 +277,12 @@ impl ObjectStoreEngine {
         self.inner.workers.load(Ordering::Acquire)
     }
 
+    /// The gap the GETs measured so far call for ([`ObjectStoreOptions::tune_gap`]); `None`
+    /// while tuning is off or still has too few GETs.
+    pub fn tuned_gap(&self) -> Option<u64> {
+        Some(self.inner.tuned_gap.load(Ordering::Relaxed)).filter(|&g| g > 0)
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner.store
@@ -222,6 +301,10 @@ fn name(opts: &ObjectStoreOptions, store: &dyn ObjectStore, location: &Path) -> 
 impl ReadEngine for ObjectStoreEngine {
     fn info(&self) -> &FileInfo {
         &self.inner.info
+    }
+
+    fn max_gap(&self) -> Option<u64> {
+        self.tuned_gap()
     }
 
     fn submit(&self, job: JobHandle) {
@@ -258,9 +341,15 @@ async fn worker(live: Live, job: JobHandle) {
             _ => None,
         };
         inner.requests.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         match inner.store.get_range(&inner.location, range.clone()).await {
             Ok(bytes) => {
                 inner.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if let Some(fit) = &inner.fit {
+                    let mut fit = fit.lock().unwrap_or_else(|p| p.into_inner());
+                    fit.add(bytes.len() as f64, started.elapsed().as_secs_f64());
+                    inner.tuned_gap.store(fit.gap().unwrap_or(0), Ordering::Relaxed);
+                }
                 let n = cap.map_or(bytes.len(), |c| c.min(bytes.len()));
                 job.complete(i, &bytes, Ok(n));
             }
@@ -279,5 +368,48 @@ async fn worker(live: Live, job: JobHandle) {
                 job.complete(i, &[], Err(to_io(&what, &err)));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CostFit, TUNED_GAP_RANGE};
+
+    /// GETs of 64 KiB to 8 MiB that each take `latency + bytes * per_byte` seconds.
+    fn fit(latency: f64, per_byte: f64, gets: usize) -> CostFit {
+        let mut f = CostFit::default();
+        for i in 0..gets {
+            let bytes = (64 << 10) as f64 * (1 + i % 128) as f64;
+            f.add(bytes, latency + bytes * per_byte);
+        }
+        f
+    }
+
+    #[test]
+    fn tuned_gap_is_latency_times_bandwidth() {
+        // 20 ms per request, 100 MB/s per stream: 2 MB.
+        let gap = fit(0.020, 10e-9, 300).gap().unwrap();
+        assert!((1_990_000..=2_010_000).contains(&gap), "{gap}");
+        // 2 ms, 100 MB/s: 200 KB.
+        let gap = fit(0.002, 10e-9, 300).gap().unwrap();
+        assert!((199_000..=201_000).contains(&gap), "{gap}");
+    }
+
+    #[test]
+    fn tuned_gap_stays_within_its_bounds() {
+        // Bytes cost nothing: join everything the bound allows.
+        assert_eq!(fit(0.002, 0.0, 300).gap(), Some(*TUNED_GAP_RANGE.end()));
+        // No latency at all: join nothing the bound does not force.
+        assert_eq!(fit(0.0, 10e-9, 300).gap(), Some(*TUNED_GAP_RANGE.start()));
+    }
+
+    #[test]
+    fn tuned_gap_waits_for_enough_differing_gets() {
+        assert_eq!(fit(0.020, 10e-9, 15).gap(), None, "too few GETs");
+        let mut same = CostFit::default();
+        for _ in 0..100 {
+            same.add(65536.0, 0.021);
+        }
+        assert_eq!(same.gap(), None, "GETs of one size cannot tell latency from bandwidth");
     }
 }

@@ -5,8 +5,8 @@
 //! # When the I/O starts
 //! [`Source::gather_ranges`](eagerio_core::Source::gather_ranges) and
 //! [`RowTable::gather`](eagerio_core::RowTable::gather) over an [`ObjectStoreEngine`] plan the
-//! request (sorted, deduplicated, holes up to [`ObjectStoreOptions::max_gap`] joined, split at
-//! [`ObjectStoreOptions::max_request`]) and spawn up to [`ObjectStoreOptions::concurrency`] tokio
+//! request (sorted, deduplicated, holes joined up to the gap the GETs' measured cost calls for,
+//! see [`ObjectStoreOptions::tune_gap`], split at [`ObjectStoreOptions::max_request`]) and spawn up to [`ObjectStoreOptions::concurrency`] tokio
 //! tasks *before they return*. Each task issues one range GET at a time and takes the next extent
 //! as soon as its GET is back, so the window stays full. The rows come back in request order.
 //!
@@ -69,7 +69,7 @@ mod gather;
 mod sink;
 
 pub use error::http_status;
-pub use gather::{ObjectStoreEngine, ObjectStoreOptions, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST};
+pub use gather::{ObjectStoreEngine, ObjectStoreOptions, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, TUNED_GAP_RANGE};
 pub use sink::{ObjectSink, ObjectStoreWriter, WriterOptions, DEFAULT_PART_SIZE};
 
 use eagerio_core::{Error, Result};

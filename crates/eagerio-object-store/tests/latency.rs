@@ -55,3 +55,41 @@ fn throttled_gather_starts_at_call_time_and_runs_concurrently() {
         assert_eq!(engine.workers(), 0);
     });
 }
+
+/// With 20 ms per GET and 10 ns per byte (100 MB/s per stream), the tuned gap settles near the
+/// bytes one request's latency could carry (2 MB), and the next gather is planned with it.
+#[test]
+fn tuned_gap_follows_latency_times_bandwidth() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let file: Vec<u8> = (0..64usize << 20).map(|i| (i * 13 % 251) as u8).collect();
+        let mem = InMemory::new();
+        let loc = Path::from("t.bin");
+        mem.put(&loc, PutPayload::from(file.clone())).await.unwrap();
+        let cfg = ThrottleConfig {
+            wait_get_per_call: Duration::from_millis(20),
+            wait_get_per_byte: Duration::from_nanos(10),
+            ..Default::default()
+        };
+        let store: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem, cfg));
+        let opts = ObjectStoreOptions { max_gap: 0, max_request: 1 << 20, ..Default::default() };
+        let table = ObjectStoreEngine::with_len(store, loc, file.len() as u64, opts)
+            .unwrap()
+            .rows(RowLayout { base: 0, row_size: 4096, rows: None })
+            .unwrap();
+        let engine = table.source().engine().clone();
+        assert_eq!(engine.tuned_gap(), None, "nothing measured yet");
+        assert_eq!(table.source().plan_options().max_gap, 0, "the starting gap is the configured one");
+        // GETs of differing sizes: single rows, and runs of rows cut at 1 MiB.
+        let mut ids: Vec<u64> = (0..40u64).map(|i| i * 300).collect();
+        ids.extend((0..10u64).flat_map(|k| (0..(k + 1) * 25).map(move |r| 13_000 + k * 300 + r)));
+        let got = table.gather(&ids).unwrap().await.unwrap();
+        let want: Vec<u8> =
+            ids.iter().flat_map(|&r| file[r as usize * 4096..(r as usize + 1) * 4096].to_vec()).collect();
+        assert_eq!(&got[..], &want[..]);
+        let gap = engine.tuned_gap().expect("enough GETs of differing sizes were measured");
+        // Timer granularity adds to the latency (tokio sleeps round up to the millisecond).
+        assert!((1_000_000..=8_000_000).contains(&gap), "tuned gap {gap}, expected about 2 MB");
+        assert_eq!(table.source().plan_options().max_gap, gap, "the next plan uses the tuned gap");
+    });
+}
