@@ -11,6 +11,28 @@
 
 #![allow(dead_code)]
 
+/// One `#[test]` per check, each running it on `$backend` inside `$block_on`. With no list, every
+/// check; with `@tests`, the named `test_name => check` pairs (a backend that covers a check
+/// elsewhere leaves it out). Include this file with `#[macro_use]`.
+macro_rules! real_fault_tests {
+    ($backend:expr, $block_on:path) => {
+        real_fault_tests!(@tests $backend, $block_on,
+            real_truncated_while_gathers_run => truncated_while_gathers_run,
+            real_disk_full_reports_enospc_and_keeps_acknowledged_writes => disk_full,
+            real_read_only_file_refuses_the_sink => read_only_sink,
+            real_read_only_filesystem_refuses_the_sink => read_only_filesystem,
+            real_file_replaced_under_open_source_reads_the_old_inode => replaced_under_open_source);
+    };
+    (@tests $backend:expr, $block_on:path, $($test:ident => $check:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                $block_on(real_faults::$check(&$backend));
+            }
+        )*
+    };
+}
+
 use std::{
     path::{Path, PathBuf},
     process::Command,

@@ -3,27 +3,15 @@
 //! and a file replaced under an open source. The checks live in `tests/support/real_faults.rs`.
 
 mod common;
+#[macro_use]
 #[path = "../../../tests/support/real_faults.rs"]
 mod real_faults;
 
 use common::{fault_schedule, tokio_block_on as block_on, Uring};
 
-#[test]
-fn real_disk_full_reports_enospc_and_keeps_acknowledged_writes() {
-    block_on(real_faults::disk_full(&Uring::default()));
-}
-
-#[test]
-fn real_read_only_file_refuses_the_sink() {
-    block_on(real_faults::read_only_sink(&Uring::default()));
-}
-
-#[test]
-fn real_read_only_filesystem_refuses_the_sink() {
-    block_on(real_faults::read_only_filesystem(&Uring::default()));
-}
-
-#[test]
-fn real_file_replaced_under_open_source_reads_the_old_inode() {
-    block_on(real_faults::replaced_under_open_source(&Uring::default()));
-}
+// Truncation mid-gather is checked in `faults.rs`.
+real_fault_tests!(@tests Uring::default(), block_on,
+    real_disk_full_reports_enospc_and_keeps_acknowledged_writes => disk_full,
+    real_read_only_file_refuses_the_sink => read_only_sink,
+    real_read_only_filesystem_refuses_the_sink => read_only_filesystem,
+    real_file_replaced_under_open_source_reads_the_old_inode => replaced_under_open_source);
