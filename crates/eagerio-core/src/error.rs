@@ -75,11 +75,16 @@ impl fmt::Display for Target {
 ///
 /// Backends keep their own details private and convert into this; `From<Error> for io::Error`
 /// lets callers use `?` in either world.
-#[derive(Debug, thiserror::Error)]
+///
+/// Every message is whole on its own: where an OS error is the cause, the message ends with it
+/// (`reading "t.bin" (row 3 at offset 270): Input/output error (os error 5)`), and
+/// [`source`](std::error::Error::source) returns nothing, so error-chain printers (`anyhow`,
+/// `eyre`) show it once. [`raw_os_error`](Error::raw_os_error) and [`kind`](Error::kind) give the
+/// OS error's code and kind.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// A requested row is past the end of the table. Reported before any I/O.
-    #[error("row {row} is past the end of {path:?}: the table has {rows} rows")]
     RowOutOfRange {
         /// The offending row.
         row: u64,
@@ -89,7 +94,6 @@ pub enum Error {
         path: PathBuf,
     },
     /// A byte range is empty, inverted or past the end of the file. Reported before any I/O.
-    #[error("range #{index} ({start}..{end}) of {path:?} is invalid: {reason}")]
     InvalidRange {
         /// Position of the range in the request.
         index: usize,
@@ -103,7 +107,6 @@ pub enum Error {
         path: PathBuf,
     },
     /// An option makes no sense (a zero depth, an alignment that is not a power of two, ...).
-    #[error("invalid option `{option}`: {reason}")]
     InvalidOptions {
         /// The option's name.
         option: &'static str,
@@ -111,7 +114,6 @@ pub enum Error {
         reason: String,
     },
     /// Direct I/O was asked for explicitly and the filesystem refuses it.
-    #[error("direct I/O on {path:?} is not supported by its filesystem: {source}")]
     DirectIoUnsupported {
         /// The file.
         path: PathBuf,
@@ -120,7 +122,6 @@ pub enum Error {
     },
     /// The file ended before a requested byte: it is shorter than the table says, or it was
     /// truncated while the gather ran.
-    #[error("short read of {target} at offset {offset} of {path:?}: wanted {wanted} bytes, the file gave {got}")]
     ShortRead {
         /// The row or range that could not be read whole.
         target: Target,
@@ -134,7 +135,6 @@ pub enum Error {
         path: PathBuf,
     },
     /// The operating system reported an error.
-    #[error("{op} {path:?}{}: {source}", at(*offset, *target))]
     Io {
         /// What was being done.
         op: Op,
@@ -148,7 +148,6 @@ pub enum Error {
         source: io::Error,
     },
     /// One or more writes of a sink failed; `flush`, `sync` and `close` report every one.
-    #[error("{} write(s) to {path:?} failed; first: {}", failures.len(), failures[0])]
     WriteFailed {
         /// The sink's file or object.
         path: PathBuf,
@@ -157,7 +156,6 @@ pub enum Error {
     },
     /// A worker or completion handler panicked while serving this operation. The ledger drained
     /// every read first; the source keeps serving.
-    #[error("{op} {path:?}{}: a worker panicked: {message}", at(*offset, *target))]
     Panicked {
         /// What was being done.
         op: Op,
@@ -171,31 +169,90 @@ pub enum Error {
         message: String,
     },
     /// The backend went away before finishing the operation (its runtime or lane shut down).
-    #[error("{op} {path:?}: the backend shut down before the operation finished")]
     Abandoned {
         /// What was being done.
         op: Op,
         /// The file.
         path: PathBuf,
     },
+    /// A backend broke the read protocol (it reported an extent it never claimed, or one twice).
+    /// The gather fails instead of returning bytes no read wrote; this is a bug in the backend.
+    Protocol {
+        /// The file.
+        path: PathBuf,
+        /// What the backend did.
+        message: String,
+    },
     /// The sink is closed.
-    #[error("the sink for {path:?} is closed")]
     Closed {
         /// The sink's file.
         path: PathBuf,
     },
     /// The backend cannot run here (no io_uring, too little locked memory, an old kernel). The
     /// message says which limit and how to raise it.
-    #[error("{backend} is unavailable: {reason}")]
     Unavailable {
         /// The backend.
         backend: &'static str,
         /// Why, and what to change.
         reason: String,
         /// The OS error behind it, if any.
-        #[source]
         source: Option<io::Error>,
     },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::RowOutOfRange { row, rows, path } => {
+                write!(f, "row {row} is past the end of {path:?}: the table has {rows} rows")
+            }
+            Error::InvalidRange { index, start, end, reason, path } => {
+                write!(f, "range #{index} ({start}..{end}){} is invalid: {reason}", of(path))
+            }
+            Error::InvalidOptions { option, reason } => write!(f, "invalid option `{option}`: {reason}"),
+            Error::DirectIoUnsupported { path, source } => {
+                write!(f, "direct I/O on {path:?} is not supported by its filesystem: {source}")
+            }
+            Error::ShortRead { target, offset, wanted, got, path } => write!(
+                f,
+                "short read of {target} at offset {offset} of {path:?}: wanted {wanted} bytes, the file gave {got}"
+            ),
+            Error::Io { op, path, offset, target, source } => {
+                write!(f, "{op} {path:?}{}: {source}", at(*offset, *target))
+            }
+            Error::WriteFailed { path, failures } => match failures.first() {
+                Some(first) => write!(f, "{} write(s) to {path:?} failed; first: {first}", failures.len()),
+                None => write!(f, "writes to {path:?} failed"),
+            },
+            Error::Panicked { op, path, offset, target, message } => {
+                write!(f, "{op} {path:?}{}: a worker panicked: {message}", at(*offset, *target))
+            }
+            Error::Abandoned { op, path } => {
+                write!(f, "{op} {path:?}: the backend shut down before the operation finished")
+            }
+            Error::Protocol { path, message } => {
+                write!(f, "reading {path:?}: the backend broke the read protocol: {message}")
+            }
+            Error::Closed { path } => write!(f, "the sink for {path:?} is closed"),
+            Error::Unavailable { backend, reason, source } => match source {
+                Some(source) => write!(f, "{backend} is unavailable: {reason} ({source})"),
+                None => write!(f, "{backend} is unavailable: {reason}"),
+            },
+        }
+    }
+}
+
+/// The OS error behind an error is part of its message (see [`Error`]), so no error has a
+/// separate `source`.
+impl std::error::Error for Error {}
+
+/// ` of "path"`, or nothing for a request planned without a file.
+fn of(path: &std::path::Path) -> String {
+    if path.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!(" of {path:?}")
+    }
 }
 
 fn at(offset: Option<u64>, target: Option<Target>) -> String {
@@ -217,8 +274,8 @@ impl Error {
             Error::DirectIoUnsupported { .. } | Error::Unavailable { .. } => io::ErrorKind::Unsupported,
             Error::ShortRead { .. } => io::ErrorKind::UnexpectedEof,
             Error::Io { source, .. } => source.kind(),
-            Error::WriteFailed { failures, .. } => failures[0].error.kind(),
-            Error::Panicked { .. } | Error::Abandoned { .. } => io::ErrorKind::Other,
+            Error::WriteFailed { failures, .. } => failures.first().map_or(io::ErrorKind::Other, |f| f.error.kind()),
+            Error::Panicked { .. } | Error::Abandoned { .. } | Error::Protocol { .. } => io::ErrorKind::Other,
             Error::Closed { .. } => io::ErrorKind::BrokenPipe,
         }
     }
@@ -227,7 +284,7 @@ impl Error {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } | Error::DirectIoUnsupported { source, .. } => source.raw_os_error(),
-            Error::WriteFailed { failures, .. } => failures[0].error.raw_os_error(),
+            Error::WriteFailed { failures, .. } => failures.first().and_then(|f| f.error.raw_os_error()),
             Error::Unavailable { source: Some(s), .. } => s.raw_os_error(),
             _ => None,
         }
@@ -275,6 +332,7 @@ impl Error {
                 message: message.clone(),
             },
             Error::Abandoned { op, path } => Error::Abandoned { op: *op, path: path.clone() },
+            Error::Protocol { path, message } => Error::Protocol { path: path.clone(), message: message.clone() },
             Error::Closed { path } => Error::Closed { path: path.clone() },
             Error::Unavailable { backend, reason, source } => {
                 Error::Unavailable { backend, reason: reason.clone(), source: source.as_ref().map(dup) }
@@ -302,5 +360,45 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom)))]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// Issue 16 (9): an OS error is shown once: in the message, not again as a `source`.
+    #[test]
+    fn os_errors_are_in_the_message_not_the_source() {
+        let e = Error::Io {
+            op: Op::Read,
+            path: "t.bin".into(),
+            offset: Some(270),
+            target: Some(Target::Row(3)),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert!(e.to_string().starts_with("reading \"t.bin\" (row 3 at offset 270): Input/output error"), "{e}");
+        assert!(e.source().is_none());
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        let e = Error::DirectIoUnsupported { path: "t.bin".into(), source: io::Error::from_raw_os_error(libc::EINVAL) };
+        assert!(e.to_string().contains("Invalid argument"), "{e}");
+        assert!(e.source().is_none());
+        let e = Error::Unavailable {
+            backend: "io_uring",
+            reason: "setup refused".into(),
+            source: Some(io::Error::from_raw_os_error(libc::EPERM)),
+        };
+        assert!(e.to_string().contains("setup refused (Operation not permitted"), "{e}");
+        assert!(e.source().is_none());
+    }
+
+    /// Issue 16 (9): `WriteFailed` is public with a public `Vec`; an empty one must not panic.
+    #[test]
+    fn write_failed_without_failures_does_not_panic() {
+        let e = Error::WriteFailed { path: "out.bin".into(), failures: Vec::new() };
+        assert_eq!(e.to_string(), "writes to \"out.bin\" failed");
+        assert_eq!(e.kind(), io::ErrorKind::Other);
+        assert_eq!(e.raw_os_error(), None);
     }
 }

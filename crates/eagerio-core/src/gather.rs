@@ -32,7 +32,7 @@ use std::{
 use bytes::{Bytes, BytesMut};
 
 use crate::error::{Error, Op, Result, Target};
-use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::{Plan, PlanOptions};
 use crate::residency::Residency;
 use crate::stats::{GatherStats, SourceStats, SourceTotals};
@@ -88,6 +88,17 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
+/// Where one extent of a job stands. Kept as a byte per extent; only [`JobHandle`] moves it, and
+/// only forward: `UNCLAIMED -> CLAIMED -> DONE`. An extent served from the page cache starts
+/// `DONE`.
+struct ExtentState;
+
+impl ExtentState {
+    const UNCLAIMED: u8 = 0;
+    const CLAIMED: u8 = 1;
+    const DONE: u8 = 2;
+}
+
 /// The shared state of one gather: the plan, the output, the progress and the first error.
 pub struct GatherJob {
     plan: Plan,
@@ -99,8 +110,13 @@ pub struct GatherJob {
     next: AtomicUsize,
     /// The extents left for the engine when some were served resident (adaptive mode).
     order: Option<Vec<u32>>,
+    /// Per extent, its [`ExtentState`]: an extent's bytes count only if it was claimed and then
+    /// completed exactly once.
+    extent_states: Box<[AtomicU8]>,
     completed: AtomicUsize,
     parties: AtomicUsize,
+    /// Set by the last party after the statistics are final; the future waits for this.
+    settled: AtomicBool,
     cancelled: AtomicBool,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
@@ -164,6 +180,7 @@ impl GatherJob {
         self.failed.store(true, Ordering::Release);
     }
 
+    /// Run by the last party: makes the statistics final, then lets the future finish.
     fn settle(&self) {
         let total = self.started.elapsed();
         let submit = Duration::from_nanos(self.submit_ns.load(Ordering::Relaxed));
@@ -171,6 +188,9 @@ impl GatherJob {
         if let Some(s) = &self.source_stats {
             s.record(&self.stats(), self.failed.load(Ordering::Acquire));
         }
+        // Release: a future that sees `settled` sees the final statistics and every party's
+        // writes to the output (each party's drop was AcqRel on `parties`, before this).
+        self.settled.store(true, Ordering::Release);
         let waker = lock(&self.waker).take();
         if let Some(w) = waker {
             w.wake();
@@ -181,17 +201,19 @@ impl GatherJob {
         if let Some(e) = lock(&self.error).take() {
             return Err(e);
         }
+        // `completed` counts extents moved CLAIMED -> DONE (or served resident), each once.
         if self.completed.load(Ordering::Acquire) != self.plan.extents().len() {
             return Err(Error::Abandoned { op: Op::Read, path: self.path.to_path_buf() });
         }
         let len = self.plan.out_len() as usize;
         self.out.with_mut(|out| {
-            // SAFETY: every party is gone (the caller saw `parties == 0` with Acquire), so nothing
-            // else touches the buffer.
+            // SAFETY: the job is settled (the caller saw `settled` with Acquire), so no party is
+            // left to touch the buffer.
             let out = unsafe { &mut *out };
-            // SAFETY: every extent completed and the pieces of a plan cover `0..out_len` exactly
-            // (planner invariant, property-tested), so the first `len` bytes are initialised;
-            // `reserve(len)` at creation made the capacity.
+            // SAFETY: every extent reached DONE exactly once, each through a copy of all its
+            // pieces, and the pieces of a plan cover `0..out_len` exactly (planner invariant,
+            // property-tested), so the first `len` bytes are initialised; `reserve(len)` at
+            // creation made the capacity.
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
         })
@@ -219,7 +241,7 @@ impl Clone for JobHandle {
 
 impl Drop for JobHandle {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if crate::loom::thread_panicking() {
             self.job.record_error(Error::Panicked {
                 op: Op::Read,
                 path: self.job.path.to_path_buf(),
@@ -263,6 +285,7 @@ impl JobHandle {
             None => i,
         };
         if i < self.job.plan.extents().len() {
+            self.job.extent_states[i].store(ExtentState::CLAIMED, Ordering::Relaxed);
             self.job.reads_issued.fetch_add(1, Ordering::Relaxed);
             Some(i)
         } else {
@@ -274,11 +297,29 @@ impl JobHandle {
     /// `buf` the buffer it read into. Checks for a short read, naming the first row it cut, and
     /// copies the extent's pieces into the output.
     ///
+    /// An extent counts only once, and only if [`next_extent`](Self::next_extent) handed it out:
+    /// reporting an extent that was never claimed, or reporting one twice, fails the job with
+    /// [`Error::Protocol`] instead of copying, so a broken engine can never make a gather return
+    /// bytes that no read wrote.
+    ///
     /// # Panics
-    /// If `buf` is shorter than the bytes the result claims.
+    /// If `extent` is not an extent of the plan, or `buf` is shorter than the bytes the result
+    /// claims.
     pub fn complete(&self, extent: usize, buf: &[u8], result: std::io::Result<usize>) {
         let job = &*self.job;
         let e = job.plan.extents()[extent];
+        if let Err(state) = job.extent_states[extent].compare_exchange(
+            ExtentState::CLAIMED,
+            ExtentState::DONE,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            let what = if state == ExtentState::DONE { "completed twice" } else { "completed but never claimed" };
+            return self.fail(Error::Protocol {
+                path: job.path.to_path_buf(),
+                message: format!("extent {extent} (offset {}) was {what}", e.offset),
+            });
+        }
         let got = match result {
             Ok(n) => n,
             Err(source) => {
@@ -375,9 +416,10 @@ impl<T> GatherFuture<T> {
         self.job.as_ref().map_or(self.settled, |j| j.stats())
     }
 
-    /// Whether every party has finished (polling would return at once).
+    /// Whether every party has finished and the statistics are final (polling would return at
+    /// once).
     pub fn is_settled(&self) -> bool {
-        self.job.as_ref().is_none_or(|j| j.parties.load(Ordering::Acquire) == 0)
+        self.job.as_ref().is_none_or(|j| j.settled.load(Ordering::Acquire))
     }
 }
 
@@ -388,9 +430,9 @@ impl<T> Future for GatherFuture<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let job = self.job.as_ref().expect("GatherFuture polled after completion");
-        if job.parties.load(Ordering::Acquire) != 0 {
+        if !job.settled.load(Ordering::Acquire) {
             *lock(&job.waker) = Some(cx.waker().clone());
-            if job.parties.load(Ordering::Acquire) != 0 {
+            if !job.settled.load(Ordering::Acquire) {
                 return Poll::Pending;
             }
         }
@@ -587,6 +629,7 @@ impl<E: ReadEngine> Source<E> {
         out.reserve(plan.out_len() as usize);
         let out_ptr = OutPtr(out.as_mut_ptr());
         let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
+        let extent_states = extent_states(plan.extents().len(), order.as_deref());
         let job = Arc::new(GatherJob {
             plan,
             requests,
@@ -596,8 +639,10 @@ impl<E: ReadEngine> Source<E> {
             out_ptr,
             next: AtomicUsize::new(0),
             order,
+            extent_states,
             completed: AtomicUsize::new(done),
             parties: AtomicUsize::new(1),
+            settled: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
@@ -621,6 +666,17 @@ impl<E: ReadEngine> Source<E> {
         drop(handle);
         Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish })
     }
+}
+
+/// The starting state of every extent: all `UNCLAIMED`, except those served from the page cache
+/// (every extent not in `misses`), which start `DONE`.
+fn extent_states(extents: usize, misses: Option<&[u32]>) -> Box<[AtomicU8]> {
+    let start = if misses.is_some() { ExtentState::DONE } else { ExtentState::UNCLAIMED };
+    let states: Box<[AtomicU8]> = (0..extents).map(|_| AtomicU8::new(start)).collect();
+    for &i in misses.unwrap_or(&[]) {
+        states[i as usize].store(ExtentState::UNCLAIMED, Ordering::Relaxed);
+    }
+    states
 }
 
 /// The layout of a table of fixed-size rows in a file.

@@ -8,16 +8,34 @@
 pub use loom::{
     cell::UnsafeCell,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard,
     },
 };
 
 #[cfg(not(eagerio_loom))]
 pub use std::sync::{
-    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
+
+/// Whether the current thread is unwinding from a panic: `std::thread::panicking()`.
+///
+/// Under loom every model thread runs on one OS thread, so `std::thread::panicking()` would
+/// answer for whichever model thread happens to be unwinding, and a drop on another model thread
+/// would be charged with its panic. Loom models therefore report panics explicitly (with
+/// `JobHandle::fail_panicked`, as every real backend does around its I/O), and this answers
+/// `false` under the cfg.
+#[cfg(not(eagerio_loom))]
+pub fn thread_panicking() -> bool {
+    std::thread::panicking()
+}
+
+/// Under loom: always `false` (see the std version).
+#[cfg(eagerio_loom)]
+pub fn thread_panicking() -> bool {
+    false
+}
 
 /// `std::cell::UnsafeCell` with loom's closure API.
 #[cfg(not(eagerio_loom))]

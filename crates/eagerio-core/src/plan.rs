@@ -157,24 +157,43 @@ impl Plan {
     /// the output right after request `i - 1`'s.
     ///
     /// # Errors
-    /// [`Error::InvalidOptions`] for bad options; the caller validates the requests themselves
-    /// (emptiness, bounds) because only it can name them well.
-    ///
-    /// # Panics
-    /// If a request has length zero, overflows `u64`, or there are more than `u32::MAX` requests.
+    /// [`Error::InvalidOptions`] for bad options or more than `u32::MAX` requests;
+    /// [`Error::InvalidRange`] (without a file name: the caller, who knows the file, checks
+    /// bounds first and names it) for an empty request, one whose end overflows `u64` once
+    /// aligned, or requests whose output would not fit in memory.
     pub fn new(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<Plan> {
         opts.validate()?;
-        assert!(requests.len() <= u32::MAX as usize, "too many requests for one plan");
+        if requests.len() > u32::MAX as usize {
+            return Err(Error::invalid_option(
+                "requests",
+                format!("{} requests; one gather takes at most {}", requests.len(), u32::MAX),
+            ));
+        }
+        let mask = opts.align - 1;
         let mut sorted = Vec::with_capacity(requests.len());
         let mut out_len = 0u64;
         for (i, &(off, len)) in requests.iter().enumerate() {
-            assert!(len > 0 && off.checked_add(len).is_some(), "planner given an empty or overflowing request");
+            let invalid = |reason| Error::InvalidRange {
+                index: i,
+                start: off,
+                end: off.saturating_add(len),
+                reason,
+                path: Default::default(),
+            };
+            if len == 0 {
+                return Err(invalid("the range is empty"));
+            }
+            if off.checked_add(len).and_then(|end| end.checked_add(mask)).is_none() {
+                return Err(invalid("the range ends past the largest file offset"));
+            }
             sorted.push(Req { off, len, out: out_len, idx: i as u32 });
-            out_len += len;
+            out_len = match out_len.checked_add(len) {
+                Some(n) if n <= isize::MAX as u64 => n,
+                _ => return Err(invalid("the requests' output would not fit in memory")),
+            };
         }
         sort_requests(&mut sorted);
 
-        let mask = opts.align - 1;
         let down = |x: u64| x & !mask;
         let up = |x: u64| (x + mask) & !mask;
 
@@ -195,7 +214,7 @@ impl Plan {
                 prev = Some((r.off, r.len));
             }
             match spans.last_mut() {
-                Some((_, e)) if down(r.off) <= *e + opts.max_gap => *e = (*e).max(up(end)),
+                Some((_, e)) if down(r.off) <= e.saturating_add(opts.max_gap) => *e = (*e).max(up(end)),
                 _ => spans.push((down(r.off), up(end))),
             }
         }
@@ -383,6 +402,23 @@ mod tests {
         let reqs: Vec<_> = (0..40).map(|r| (r * 90, 90)).collect();
         let p = Plan::new(&reqs, &opts(0, 4096, 65536)).unwrap();
         assert_eq!(p.extents().len(), 1);
+    }
+
+    /// Issue 16 (9): empty and overflowing requests, and a gap bound near `u64::MAX`, are errors
+    /// naming the request, never panics.
+    #[test]
+    fn bad_requests_are_errors_not_panics() {
+        let e = Plan::new(&[(0, 10), (5, 0)], &opts(0, 1, 4096)).unwrap_err();
+        assert!(matches!(e, Error::InvalidRange { index: 1, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "range #1 (5..5) is invalid: the range is empty");
+        let e = Plan::new(&[(u64::MAX - 10, 20)], &opts(0, 1, 4096)).unwrap_err();
+        assert!(e.to_string().contains("largest file offset"), "{e}");
+        let e = Plan::new(&[(u64::MAX - 4000, 10)], &opts(0, 4096, 4096)).unwrap_err();
+        assert!(matches!(e, Error::InvalidRange { index: 0, .. }), "{e:?}");
+        let e = Plan::new(&[(0, u64::MAX / 2), (0, u64::MAX / 2)], &opts(0, 1, 4096)).unwrap_err();
+        assert!(e.to_string().contains("fit in memory"), "{e}");
+        let p = Plan::new(&[(0, 10), (100_000, 10)], &opts(u64::MAX, 1, 4096)).unwrap();
+        assert_eq!(p.out_len(), 20);
     }
 
     #[test]

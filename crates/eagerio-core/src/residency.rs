@@ -185,6 +185,12 @@ impl Residency {
                 last = l;
                 j += 1;
             }
+            if first * page >= self.len as u64 {
+                // This window and every later one (extents are in file order) lie past the
+                // mapping: a table may declare more rows than its file holds. They go to the
+                // engine, which reports the short read.
+                break;
+            }
             let pages = (last - first + 1) as usize;
             vec.resize(pages, 0u8);
             let addr = (self.base as usize + (first * page) as usize) as *mut libc::c_void;
@@ -271,4 +277,30 @@ pub fn maybe_adaptive<E: ReadEngine>(source: Source<E>, on: bool) -> Source<E> {
         tracing::info!(error = %e, "adaptive gathers off: the file cannot be mapped");
     }
     source
+}
+
+#[cfg(all(test, not(eagerio_loom)))]
+mod tests {
+    use super::*;
+    use crate::plan::PlanOptions;
+    use std::io::Write;
+
+    /// Issue 16 (4): an extent past the end of the mapping (a layout declaring more rows than the
+    /// file holds) is a miss for the engine, not an underflow.
+    #[test]
+    fn residency_extents_past_the_mapping_are_misses() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[7u8; 8192]).unwrap();
+        let file = File::open(f.path()).unwrap();
+        let r = Residency::map(&file, 8192).unwrap();
+        let plan =
+            Plan::new(&[(0, 100), (1 << 20, 100)], &PlanOptions { max_gap: 0, align: 4096, max_read: 65536 }).unwrap();
+        let mut out = vec![0u8; plan.out_len() as usize];
+        // SAFETY: `out` holds the plan's output and nothing else touches it.
+        let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert!(!served.resident[1], "an extent past the mapping cannot be resident");
+        if served.resident[0] {
+            assert_eq!(&out[..100], &[7u8; 100][..]);
+        }
+    }
 }

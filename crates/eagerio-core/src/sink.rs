@@ -214,8 +214,11 @@ impl<E: WriteEngine> WriteOp<E> {
 impl<E: WriteEngine> Drop for WriteOp<E> {
     fn drop(&mut self) {
         if let Some(sink) = self.sink.take() {
-            let why =
-                if std::thread::panicking() { "the write's worker panicked" } else { "the backend dropped the write" };
+            let why = if crate::loom::thread_panicking() {
+                "the write's worker panicked"
+            } else {
+                "the backend dropped the write"
+            };
             sink.finish(self, Err(io::Error::other(why)));
         }
     }
