@@ -45,7 +45,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $backend, $block_on,
             rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
             truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
-            sink_offsets_and_order, sink_write_error_reported, sink_flush_after_dropped_futures,
+            sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
             adaptive_eviction_races_the_copy);
     };
@@ -307,6 +307,34 @@ pub async fn sink_offsets_and_order<B: Backend>(b: &B) {
     assert_eq!(std::fs::read(&path).unwrap(), expect);
     let s = sink.stats();
     assert_eq!((s.writes, s.failed, s.in_flight), (65, 0, 0));
+}
+
+/// Overlapping writes land in call order, deterministically: the first write is held back by a
+/// slow hook (where the backend runs its hook before the write) and the header that overwrites
+/// its start must still win; a write that overlaps nothing is not held.
+pub async fn sink_overlapping_writes_in_call_order<B: Backend>(b: &B) {
+    const BODY: usize = 8192;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.bin");
+    let slow = Hook::new(|p| {
+        if p.kind == IoKind::Write && p.offset == 0 && p.len == BODY {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Action::Proceed
+    });
+    let sink = b.create(&path, SinkOptions::default(), Some(slow)).await.unwrap();
+    let body = sink.append(Bytes::from(vec![1u8; BODY]));
+    let header = sink.write_at(0, Bytes::from_static(b"HEAD"));
+    let tail = sink.write_at(BODY as u64, Bytes::from(vec![2u8; 100]));
+    header.await.unwrap();
+    body.await.unwrap();
+    tail.await.unwrap();
+    sink.close().await.unwrap();
+    let mut expect = vec![1u8; BODY];
+    expect[..4].copy_from_slice(b"HEAD");
+    expect.extend_from_slice(&[2u8; 100]);
+    assert_eq!(std::fs::read(&path).unwrap(), expect, "the header was overwritten by the earlier append");
+    assert_eq!(sink.stats().held, 1, "{:?}", sink.stats());
 }
 
 fn fail_write_at(offset: u64) -> Hook {

@@ -69,11 +69,46 @@ impl Hook {
     }
 
     /// Asks the hook about `point`; panics here if it says [`Action::Panic`].
+    ///
+    /// Call this only where a panic is caught and reported as the operation's failure (inside a
+    /// read's `catch_unwind`); everywhere else, use [`ask`].
     pub fn check(&self, point: IoPoint) -> Action {
         match (self.0)(&point) {
             Action::Panic => panic!("injected panic at {:?} offset {}", point.kind, point.offset),
             a => a,
         }
+    }
+}
+
+/// Asks `hook` (if any) about `point`, catching a panic inside it (an injected
+/// [`Action::Panic`] included): `Err` carries the panic's payload, for
+/// `JobHandle::fail_panicked` or [`failure`]. Without a hook: `Ok(Action::Proceed)`.
+///
+/// Every backend asks its hook through this (or through [`failure`]), so a panicking hook fails
+/// the one operation and never unwinds through a worker, a lane or an executor.
+pub fn ask(hook: Option<&Hook>, point: IoPoint) -> std::thread::Result<Action> {
+    match hook {
+        None => Ok(Action::Proceed),
+        Some(h) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.check(point))),
+    }
+}
+
+/// A hook's verdict on a write or sync: `Ok(cap)`, the most bytes the write may report done
+/// (`usize::MAX` for no cap), or the error the operation fails with: the injected one, or the
+/// hook's panic as an error that names it.
+///
+/// # Errors
+/// As above: [`Action::Fail`]'s error, or `Other` for a panic.
+pub fn failure(hook: Option<&Hook>, point: IoPoint) -> io::Result<usize> {
+    match ask(hook, point) {
+        Ok(Action::Fail(e)) => Err(e),
+        Ok(Action::Short(n)) => Ok(n),
+        Ok(Action::Proceed | Action::Panic) => Ok(usize::MAX),
+        Err(payload) => Err(io::Error::other(format!(
+            "the {:?} hook panicked: {}",
+            point.kind,
+            crate::error::panic_message(&*payload)
+        ))),
     }
 }
 

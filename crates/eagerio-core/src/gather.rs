@@ -193,7 +193,7 @@ impl GatherJob {
         self.settled.store(true, Ordering::Release);
         let waker = lock(&self.waker).take();
         if let Some(w) = waker {
-            w.wake();
+            wake(w);
         }
     }
 
@@ -217,6 +217,15 @@ impl GatherJob {
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
         })
+    }
+}
+
+/// Wakes `waker`, catching a panic inside it (logged). Wakers run on the thread that completes
+/// an operation (a lane, a worker); a panicking one must not unwind through the ledger's
+/// bookkeeping and leave other waiters unwoken.
+pub(crate) fn wake(waker: Waker) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
+        tracing::error!(panic = %crate::error::panic_message(&*payload), "a waker panicked; the panic was caught");
     }
 }
 

@@ -5,6 +5,14 @@
 //! return; `append` also reserves its offset then, so concurrent appends get disjoint, contiguous
 //! offsets in call order. The returned [`WriteFuture`] only waits.
 //!
+//! # Overlapping writes land in call order
+//! Writes whose byte ranges do not overlap run concurrently and may complete in any order. A
+//! write that overlaps an earlier one still in flight (or still waiting) is held in the sink and
+//! started by the completion that clears the overlap, so overlapping writes reach the file in the
+//! order they were called: `append(a)` then `write_at(0, header)` leaves the header in place
+//! however slow the append is. A held write still starts without being polled. Every backend
+//! gets this from the sink; [`SinkStats::held`] counts the writes that waited.
+//!
 //! # Backpressure
 //! At most [`SinkOptions::max_in_flight_bytes`] are in flight. A write that would pass the bound
 //! is queued inside the sink and started, in call order, by the completion that makes room: it
@@ -22,7 +30,7 @@
 //! write's own future already reported it.
 
 use std::{
-    collections::{BTreeSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     fmt,
     future::Future,
     io,
@@ -82,8 +90,12 @@ pub struct SinkStats {
     pub in_flight_bytes: u64,
     /// The most bytes ever in flight at once.
     pub peak_in_flight_bytes: u64,
-    /// Writes queued behind the in-flight bound now.
+    /// Writes not started yet: queued behind the in-flight bound, or held behind an overlapping
+    /// earlier write.
     pub queued: u64,
+    /// Writes that were held because they overlapped an earlier write still in flight or waiting
+    /// (see the module docs), in total.
+    pub held: u64,
 }
 
 struct Waiter<T> {
@@ -108,7 +120,7 @@ impl<T> Waiter<T> {
     fn set(&self, value: T) {
         let prev = std::mem::replace(&mut *lock(&self.state), WaitState::Done(value));
         if let WaitState::Pending(Some(w)) = prev {
-            w.wake();
+            crate::gather::wake(w);
         }
     }
 
@@ -139,7 +151,14 @@ struct Barrier {
 struct State<E: WriteEngine> {
     next_seq: u64,
     outstanding: BTreeSet<u64>,
-    queued: VecDeque<WriteOp<E>>,
+    /// Writes not started yet, in call order.
+    pending: VecDeque<WriteOp<E>>,
+    /// The byte ranges in flight: `(start, seq) -> end`, for the overlap check.
+    ranges: BTreeMap<(u64, u64), u64>,
+    /// The longest range in flight since the map was last empty: no range starting more than
+    /// this before a write can reach it.
+    longest: u64,
+    held: u64,
     in_flight: u64,
     in_flight_bytes: usize,
     peak: usize,
@@ -183,6 +202,8 @@ pub struct WriteOp<E: WriteEngine> {
     seq: u64,
     offset: u64,
     data: Bytes,
+    /// Counted in [`SinkStats::held`] already.
+    held: bool,
     waiter: StdArc<Waiter<Result<()>>>,
     sink: Option<StdArc<Inner<E>>>,
 }
@@ -194,6 +215,11 @@ impl<E: WriteEngine> fmt::Debug for WriteOp<E> {
 }
 
 impl<E: WriteEngine> WriteOp<E> {
+    /// The bytes it covers, `start..end`.
+    fn range(&self) -> (u64, u64) {
+        (self.offset, self.offset.saturating_add(self.data.len() as u64))
+    }
+
     /// Where to write.
     pub fn offset(&self) -> u64 {
         self.offset
@@ -272,6 +298,10 @@ impl<E: WriteEngine> Inner<E> {
             st.outstanding.remove(&op.seq);
             st.in_flight -= 1;
             st.in_flight_bytes -= len;
+            st.ranges.remove(&(op.offset, op.seq));
+            if st.ranges.is_empty() {
+                st.longest = 0;
+            }
             if let Err(e) = &outcome {
                 st.failed_total += 1;
                 st.failures.push(WriteFailure { offset: op.offset, len, error: e.clone() });
@@ -293,18 +323,37 @@ impl<E: WriteEngine> Inner<E> {
         self.run(fired);
     }
 
-    /// Moves queued writes in flight while they fit under the bound. Returns them to start.
+    /// Moves pending writes in flight, in call order, and returns them to start. A write that
+    /// overlaps one in flight, or an earlier one still pending, is skipped (held); the first
+    /// write that does not fit under the bound stops the pass, so the bound is served in call
+    /// order.
     fn admit(&self, st: &mut State<E>) -> Vec<WriteOp<E>> {
         let mut out = Vec::new();
-        while let Some(front) = st.queued.front() {
-            let len = front.data.len();
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        let mut i = 0;
+        while i < st.pending.len() {
+            let range = st.pending[i].range();
+            if st.overlaps_in_flight(range) || waiting.iter().any(|&w| overlaps(w, range)) {
+                let op = &mut st.pending[i];
+                let first_time = !std::mem::replace(&mut op.held, true);
+                st.held += u64::from(first_time);
+                waiting.push(range);
+                i += 1;
+                continue;
+            }
+            let len = st.pending[i].data.len();
             if st.in_flight_bytes != 0 && st.in_flight_bytes + len > self.opts.max_in_flight_bytes {
                 break;
             }
+            let op = st.pending.remove(i).expect("index in range");
             st.in_flight += 1;
             st.in_flight_bytes += len;
             st.peak = st.peak.max(st.in_flight_bytes);
-            out.push(st.queued.pop_front().expect("front exists"));
+            if len > 0 {
+                st.ranges.insert((op.offset, op.seq), range.1);
+                st.longest = st.longest.max(len as u64);
+            }
+            out.push(op);
         }
         out
     }
@@ -316,7 +365,7 @@ impl<E: WriteEngine> Inner<E> {
             std::mem::take(&mut st.barriers).into_iter().partition(|b| b.before <= low);
         st.barriers = keep;
         let failures = if done.is_empty() { Vec::new() } else { std::mem::take(&mut st.failures) };
-        let ready = if st.in_flight_bytes < self.opts.max_in_flight_bytes && st.queued.is_empty() {
+        let ready = if st.in_flight_bytes < self.opts.max_in_flight_bytes && st.pending.is_empty() {
             std::mem::take(&mut st.ready_waiters)
         } else {
             Vec::new()
@@ -364,6 +413,22 @@ impl<E: WriteEngine> Inner<E> {
     }
 }
 
+impl<E: WriteEngine> State<E> {
+    /// Whether `range` overlaps a write in flight.
+    fn overlaps_in_flight(&self, range: (u64, u64)) -> bool {
+        if range.0 >= range.1 {
+            return false;
+        }
+        let from = (range.0.saturating_sub(self.longest), 0);
+        self.ranges.range(from..(range.1, 0)).any(|(&(start, _), &end)| overlaps((start, end), range))
+    }
+}
+
+/// Whether two non-empty `start..end` ranges share a byte.
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
+}
+
 struct Fired {
     barriers: Vec<Barrier>,
     failures: Vec<WriteFailure>,
@@ -396,7 +461,10 @@ impl<E: WriteEngine> Sink<E> {
                 state: Mutex::new(State {
                     next_seq: 0,
                     outstanding: BTreeSet::new(),
-                    queued: VecDeque::new(),
+                    pending: VecDeque::new(),
+                    ranges: BTreeMap::new(),
+                    longest: 0,
+                    held: 0,
                     in_flight: 0,
                     in_flight_bytes: 0,
                     peak: 0,
@@ -425,7 +493,7 @@ impl<E: WriteEngine> Sink<E> {
     fn start(&self, offset: u64, data: Bytes) -> WriteFuture {
         let inner = &self.inner;
         let waiter = Waiter::new();
-        let op = {
+        let to_start = {
             let mut st = lock(&inner.state);
             if st.closed {
                 return WriteFuture { offset, waiter: Waiter::done(Err(Error::Closed { path: inner.path.clone() })) };
@@ -435,21 +503,11 @@ impl<E: WriteEngine> Sink<E> {
             st.outstanding.insert(seq);
             st.writes += 1;
             st.bytes += data.len() as u64;
-            let op = WriteOp { seq, offset, data, waiter: waiter.clone(), sink: Some(inner.clone()) };
-            let len = op.data.len();
-            let fits = st.queued.is_empty()
-                && (st.in_flight_bytes == 0 || st.in_flight_bytes + len <= inner.opts.max_in_flight_bytes);
-            if fits {
-                st.in_flight += 1;
-                st.in_flight_bytes += len;
-                st.peak = st.peak.max(st.in_flight_bytes);
-                Some(op)
-            } else {
-                st.queued.push_back(op);
-                None
-            }
+            let op = WriteOp { seq, offset, data, held: false, waiter: waiter.clone(), sink: Some(inner.clone()) };
+            st.pending.push_back(op);
+            inner.admit(&mut st)
         };
-        if let Some(op) = op {
+        for op in to_start {
             inner.engine.submit_write(op);
         }
         WriteFuture { offset, waiter }
@@ -458,8 +516,9 @@ impl<E: WriteEngine> Sink<E> {
 
 /// The eager sink interface.
 ///
-/// Every call starts its work before returning; the futures only wait. See the [module
-/// docs](self) for backpressure, dropped futures and error reporting.
+/// Every call starts its work before returning; the futures only wait. Writes whose byte ranges
+/// overlap reach the file in call order; others run concurrently. See the [module docs](self)
+/// for ordering, backpressure, dropped futures and error reporting.
 pub trait DataSink {
     /// Starts writing `data` at `offset`.
     fn write_at(&self, offset: u64, data: Bytes) -> WriteFuture;
@@ -506,7 +565,7 @@ impl<E: WriteEngine> DataSink for Sink<E> {
         let w = Waiter::new();
         {
             let mut st = lock(&self.inner.state);
-            if st.in_flight_bytes < self.inner.opts.max_in_flight_bytes && st.queued.is_empty() {
+            if st.in_flight_bytes < self.inner.opts.max_in_flight_bytes && st.pending.is_empty() {
                 return ReadyFuture { waiter: Waiter::done(()) };
             }
             st.ready_waiters.push(w.clone());
@@ -523,7 +582,8 @@ impl<E: WriteEngine> DataSink for Sink<E> {
             in_flight: st.in_flight,
             in_flight_bytes: st.in_flight_bytes as u64,
             peak_in_flight_bytes: st.peak as u64,
-            queued: st.queued.len() as u64,
+            queued: st.pending.len() as u64,
+            held: st.held,
         }
     }
 }

@@ -265,7 +265,7 @@ impl Drop for SlotLease {
         };
         self.inner.freed.notify_one();
         for w in wakers {
-            w.wake();
+            crate::gather::wake(w);
         }
     }
 }

@@ -17,7 +17,7 @@ use std::{
 };
 
 use eagerio_core::{
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Action, Hook, IoKind, IoPoint},
     Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source,
 };
 use glommio::io::{DmaFile, ReadResult};
@@ -339,11 +339,7 @@ impl Lane {
     fn issue(self: &Rc<Self>, entry: Rc<Entry>, i: usize) {
         let e = entry.handle.plan().extents()[i];
         let point = IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize };
-        let action = match &self.hook {
-            None => Ok(Action::Proceed),
-            Some(h) => catch_unwind(AssertUnwindSafe(|| h.check(point))),
-        };
-        let cap = match action {
+        let cap = match fault::ask(self.hook.as_ref(), point) {
             Err(payload) => {
                 entry.handle.fail_panicked(i, &*payload);
                 self.release(&entry);

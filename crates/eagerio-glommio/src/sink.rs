@@ -13,23 +13,19 @@
 //! data) cannot arise.
 //!
 //! # Overlapping writes
-//! A write that overlaps one still in flight (or still waiting) starts when those complete, so
-//! overlapping writes land in call order. It still starts without being polled: the completion
-//! that clears the overlap starts it.
+//! The sink itself holds a write that overlaps an earlier one until that one completes (see
+//! [`eagerio_core::sink`]), so two writes this engine runs at once never share a page's bytes.
 
 use std::{
     cell::RefCell,
-    collections::VecDeque,
     io,
-    panic::{catch_unwind, AssertUnwindSafe},
     path::{Path, PathBuf},
     rc::Rc,
 };
 
 use bytes::Bytes;
 use eagerio_core::{
-    error::panic_message,
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Hook, IoKind, IoPoint},
     Error, Op, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
 };
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
@@ -62,16 +58,10 @@ pub struct WriterStats {
     pub direct_bytes: u64,
     /// Bytes written through the page cache (unaligned heads and tails).
     pub buffered_bytes: u64,
-    /// Writes that waited for an overlapping earlier write.
-    pub deferred: u64,
 }
 
 #[derive(Default)]
 struct State {
-    /// Ranges of the writes started and not yet completed.
-    in_flight: Vec<(u64, u64)>,
-    /// Writes waiting for an overlapping earlier one, in call order.
-    waiting: VecDeque<WriteOp<GlommioWriter>>,
     stats: WriterStats,
 }
 
@@ -101,10 +91,6 @@ impl std::fmt::Debug for GlommioWriter {
             .field("align", &self.inner.align)
             .finish()
     }
-}
-
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
-    a.0 < b.1 && b.0 < a.1
 }
 
 fn range_of(op: &WriteOp<GlommioWriter>) -> (u64, u64) {
@@ -217,18 +203,9 @@ impl Inner {
     fn start(self: &Rc<Self>, op: WriteOp<GlommioWriter>) {
         let (start, end) = range_of(&op);
         let point = IoPoint { kind: IoKind::Write, offset: start, len: op.data().len() };
-        let action = match &self.hook {
-            None => Ok(Action::Proceed),
-            Some(h) => catch_unwind(AssertUnwindSafe(|| h.check(point))),
-        };
-        let cap = match action {
-            Err(payload) => {
-                let msg = format!("the write's hook panicked: {}", panic_message(&*payload));
-                return self.finish(op, Err(io::Error::other(msg)));
-            }
-            Ok(Action::Fail(e)) => return self.finish(op, Err(e)),
-            Ok(Action::Short(n)) => n,
-            Ok(_) => usize::MAX,
+        let cap = match fault::failure(self.hook.as_ref(), point) {
+            Err(e) => return self.finish(op, Err(e)),
+            Ok(cap) => cap,
         };
         // Cut into [start, mid_start) buffered, [mid_start, mid_end) direct, [mid_end, end)
         // buffered; the middle is empty for small or buffered-only writes.
@@ -293,35 +270,10 @@ impl Inner {
         });
     }
 
-    /// Reports `op`'s outcome, then starts the waiting writes that no longer overlap anything.
+    /// Reports `op`'s outcome. The core may start held or queued writes, or a sync, from in
+    /// here: no borrow of the state is held.
     fn finish(self: &Rc<Self>, op: WriteOp<GlommioWriter>, res: io::Result<()>) {
-        let range = range_of(&op);
-        let ready = {
-            let mut st = self.st.borrow_mut();
-            if let Some(k) = st.in_flight.iter().position(|&r| r == range) {
-                st.in_flight.swap_remove(k);
-            }
-            let mut ready = Vec::new();
-            let mut keep = VecDeque::new();
-            while let Some(w) = st.waiting.pop_front() {
-                let r = range_of(&w);
-                let blocked =
-                    st.in_flight.iter().any(|&f| overlaps(f, r)) || keep.iter().any(|k| overlaps(range_of(k), r));
-                if blocked {
-                    keep.push_back(w);
-                } else {
-                    st.in_flight.push(r);
-                    ready.push(w);
-                }
-            }
-            st.waiting = keep;
-            ready
-        };
-        // The core may start queued writes or a sync from in here; no borrow is held.
         op.complete(res);
-        for w in ready {
-            self.start(w);
-        }
     }
 }
 
@@ -331,41 +283,16 @@ impl WriteEngine for GlommioWriter {
     }
 
     /// Queues the write's pieces to the ring before returning (each write future is polled once
-    /// here), unless it overlaps an earlier write still in flight; then it starts when that one
-    /// completes.
+    /// here).
     fn submit_write(&self, op: WriteOp<Self>) {
-        let inner = &self.inner;
-        let r = range_of(&op);
-        let startable = {
-            let mut st = inner.st.borrow_mut();
-            let blocked =
-                st.in_flight.iter().any(|&f| overlaps(f, r)) || st.waiting.iter().any(|w| overlaps(range_of(w), r));
-            if blocked {
-                st.stats.deferred += 1;
-                st.waiting.push_back(op);
-                None
-            } else {
-                st.in_flight.push(r);
-                Some(op)
-            }
-        };
-        if let Some(op) = startable {
-            inner.start(op);
-        }
+        self.inner.start(op);
     }
 
     /// Starts `fdatasync` on the file before returning (queued to the ring).
     fn submit_sync(&self, op: SyncOp<Self>) {
         let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
-        let action = match &self.inner.hook {
-            None => Ok(Action::Proceed),
-            Some(h) => catch_unwind(AssertUnwindSafe(|| h.check(point))),
-        };
-        match action {
-            Err(payload) => {
-                op.complete(Err(io::Error::other(format!("the sync's hook panicked: {}", panic_message(&*payload)))))
-            }
-            Ok(Action::Fail(e)) => op.complete(Err(e)),
+        match fault::failure(self.inner.hook.as_ref(), point) {
+            Err(e) => op.complete(Err(e)),
             Ok(_) => {
                 let inner = self.inner.clone();
                 self.inner.pump.start(async move {

@@ -40,8 +40,7 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
-    error::panic_message,
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Hook, IoKind, IoPoint},
     DataSink, Error, FlushFuture, Op, ReadyFuture, Result, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine,
     WriteFuture, WriteOp,
 };
@@ -363,12 +362,7 @@ impl Inner {
 
     /// Asks the hook about `point`, catching an injected panic as a failure.
     fn check(&self, point: IoPoint) -> io::Result<()> {
-        let Some(h) = &self.hook else { return Ok(()) };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.check(point))) {
-            Ok(Action::Fail(e)) => Err(e),
-            Ok(_) => Ok(()),
-            Err(p) => Err(io::Error::other(format!("the upload task panicked: {}", panic_message(&*p)))),
-        }
+        fault::failure(self.hook.as_ref(), point).map(|_| ())
     }
 
     fn part_done(self: &Arc<Self>, len: usize, waiters: Vec<Arc<OpSlot>>, res: io::Result<()>) {

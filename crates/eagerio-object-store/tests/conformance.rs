@@ -4,10 +4,12 @@
 //! object store has no page cache to serve from), and `truncated_file_then_recovery` on the local one
 //! (an `InMemory` object is a copy: truncating the file cannot reach it; `tests/sink.rs` shrinks
 //! the object itself instead). Of the sink checks, `sink_write_error_reported` and
-//! `sink_closed_refuses_writes` run as they are. The other three cannot apply to an object store
-//! and have adapted versions in `tests/sink.rs`:
-//! - `sink_offsets_and_order` rewrites offset 0 with `write_at` after 64 appends: a multipart
-//!   upload cannot rewrite bytes already cut into parts;
+//! `sink_closed_refuses_writes` run as they are. The other four cannot apply to an object store
+//! and three have adapted versions in `tests/sink.rs`:
+//! - `sink_offsets_and_order` and `sink_overlapping_writes_in_call_order` rewrite offset 0 with
+//!   `write_at` after appends: a multipart upload cannot rewrite bytes already cut into parts
+//!   (the sink refuses such a write; the ordering itself is the core sink's, shared by every
+//!   backend and checked on the file backends);
 //! - `sink_flush_after_dropped_futures` reads the file after a `flush` and expects the writes
 //!   around a failed one to land: an object is visible only once the upload completes, and a
 //!   failed part dooms the whole upload (it is aborted);

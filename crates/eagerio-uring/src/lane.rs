@@ -29,10 +29,16 @@
 //! The module is generic over [`Ring`] so the same code runs over io_uring in production and
 //! over a simulated kernel under loom (`tests/loom_lane.rs`).
 
-use std::{collections::VecDeque, io, panic::AssertUnwindSafe, path::PathBuf, sync::Arc};
+use std::{
+    collections::VecDeque,
+    io,
+    panic::{catch_unwind, AssertUnwindSafe},
+    path::PathBuf,
+    sync::Arc,
+};
 
 use eagerio_core::{
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Action, Hook, IoKind, IoPoint},
     loom::{lock, AtomicUsize, Mutex, Ordering},
     Error, JobHandle, Op, SlotLease, Staging, SyncOp, WriteEngine, WriteOp,
 };
@@ -177,7 +183,7 @@ struct ActiveJob {
 
 enum InFlight<W: WriteEngine> {
     Read { lease: SlotLease, job: usize, extent: usize, offset: u64, len: u32, done: u32, retries: u8 },
-    Write { op: WriteOp<W>, done: u32, retries: u8 },
+    Write { op: WriteOp<W>, done: usize, retries: u8 },
     Sync { op: SyncOp<W> },
 }
 
@@ -196,6 +202,11 @@ pub struct LaneConfig {
 
 const RETRIES: u8 = 8;
 
+/// The most bytes one `WRITE` asks of the kernel. An SQE's length is 32 bits, and Linux moves at
+/// most about 2 GiB in one call anyway; a larger write goes out in pieces of this size, each
+/// continuing where the kernel stopped, like a short write.
+pub const MAX_WRITE: usize = 1 << 30;
+
 /// The lane: a ring, a staging pool and the operations in flight.
 pub struct LaneCore<R: Ring, W: WriteEngine> {
     ring: R,
@@ -208,6 +219,8 @@ pub struct LaneCore<R: Ring, W: WriteEngine> {
     inflight: Vec<Option<InFlight<W>>>,
     free_tags: Vec<usize>,
     in_flight: usize,
+    /// Completions taken off the ring and not yet handled.
+    reaped: VecDeque<(u64, i32)>,
     closed: bool,
 }
 
@@ -225,6 +238,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             inflight: Vec::new(),
             free_tags: Vec::new(),
             in_flight: 0,
+            reaped: VecDeque::new(),
             closed: false,
         }
     }
@@ -311,17 +325,11 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             let Some(w) = self.writes.pop_front() else { break };
             match w {
                 Work::Write(op) => {
-                    let sqe = |tag| Sqe::Write {
-                        tag,
-                        ptr: op.data().as_ptr(),
-                        len: op.data().len() as u32,
-                        offset: op.offset(),
-                    };
                     if op.data().is_empty() {
                         op.complete(Ok(()));
                         continue;
                     }
-                    let first = sqe(0);
+                    let first = write_sqe(&op, 0);
                     let tag = self.tag(InFlight::Write { op, done: 0, retries: 0 });
                     self.push(with_tag(first, tag))?;
                 }
@@ -371,17 +379,32 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         if let Some(job) = &self.jobs[j] {
             if job.exhausted && job.in_flight == 0 {
                 self.inbox.load.fetch_sub(job.extents, Ordering::Relaxed);
-                self.jobs[j] = None;
+                // Out of the table first: dropping the handle may settle the job and run the
+                // user's waker, and the lane's state must be whole whatever that does.
+                let job = self.jobs[j].take();
+                drop(job);
             }
         }
     }
 
-    /// Reaps every available completion.
+    /// Reaps every available completion and handles it.
     pub fn reap(&mut self) {
-        let mut done = Vec::new();
-        self.ring.reap(&mut |tag, res| done.push((tag, res)));
-        for (tag, res) in done {
-            self.complete(tag as usize, res);
+        let reaped = &mut self.reaped;
+        self.ring.reap(&mut |tag, res| reaped.push_back((tag, res)));
+        self.handle_reaped();
+    }
+
+    /// Handles the completions taken off the ring, one at a time. The lane's own bookkeeping for
+    /// an operation (its tag, the in-flight count, the job's count) is done before any code
+    /// outside the lane runs (a hook, the copy-out, a user's waker), and a panic from that code
+    /// is caught here and logged: the lane goes on, and it never waits for a completion it has
+    /// already taken off the ring.
+    fn handle_reaped(&mut self) {
+        while let Some((tag, res)) = self.reaped.pop_front() {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.complete(tag as usize, res))) {
+                tracing::error!(path = %self.cfg.path.display(), panic = %eagerio_core::error::panic_message(&*payload),
+                    "a panic while handling an io_uring completion was caught; the lane goes on");
+            }
         }
     }
 
@@ -416,7 +439,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 let active = self.jobs[job].as_mut().expect("a read's job is active");
                 // The lease is `Completing`: the kernel is done with the slot. It is dropped (and
                 // the slot freed) only after the copy-out below, whether it returns or panics.
-                let copied = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let copied = catch_unwind(AssertUnwindSafe(|| {
                     if let Some(h) = hook {
                         result = apply(h.check(point), result);
                         h.check(IoPoint { kind: IoKind::CopyOut, ..point });
@@ -434,51 +457,40 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 self.retire(job);
             }
             InFlight::Write { op, mut done, mut retries } => {
-                let len = op.data().len() as u32;
-                if res > 0 && done + (res as u32) < len {
-                    done += res as u32;
+                let len = op.data().len();
+                if res > 0 && done + (res as usize) < len {
+                    done += res as usize;
                     return self.continue_write(op, done, retries);
                 }
                 if (res == -libc::EAGAIN || res == -libc::EINTR) && retries < RETRIES {
                     retries += 1;
                     return self.continue_write(op, done, retries);
                 }
-                let mut result = match res {
+                let short =
+                    |n: usize| io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {len} bytes"));
+                let result = match res {
                     r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
-                    0 => Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {done} of {len} bytes"))),
+                    0 => Err(short(done)),
                     _ => Ok(()),
                 };
-                if let Some(h) = &self.cfg.hook {
-                    let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len: len as usize };
-                    result = match h.check(point) {
-                        Action::Fail(e) => Err(e),
-                        Action::Short(n) if n < len as usize => {
-                            Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {len} bytes")))
-                        }
-                        Action::Panic => Err(io::Error::other("the write's completion handler panicked")),
-                        _ => result,
-                    };
-                }
+                let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len };
+                let result = match fault::failure(self.cfg.hook.as_ref(), point) {
+                    Err(e) => Err(e),
+                    Ok(cap) if cap < len => Err(short(cap)),
+                    Ok(_) => result,
+                };
                 op.complete(result);
             }
             InFlight::Sync { op } => {
-                let mut result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(()) };
-                if let Some(h) = &self.cfg.hook {
-                    match checked(h, IoPoint { kind: IoKind::Sync, offset: 0, len: 0 }) {
-                        Action::Fail(e) => result = Err(e),
-                        Action::Panic => result = Err(io::Error::other("the sync's completion handler panicked")),
-                        _ => {}
-                    }
-                }
-                op.complete(result);
+                let result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(()) };
+                let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
+                op.complete(fault::failure(self.cfg.hook.as_ref(), point).and(result));
             }
         }
     }
 
-    fn continue_write(&mut self, op: WriteOp<W>, done: u32, retries: u8) {
-        // SAFETY: `done < len`, so the pointer stays inside the write's data.
-        let ptr = unsafe { op.data().as_ptr().add(done as usize) };
-        let sqe = Sqe::Write { tag: 0, ptr, len: op.data().len() as u32 - done, offset: op.offset() + u64::from(done) };
+    fn continue_write(&mut self, op: WriteOp<W>, done: usize, retries: u8) {
+        let sqe = write_sqe(&op, done);
         let tag = self.tag(InFlight::Write { op, done, retries });
         self.push_or_fail(with_tag(sqe, tag), tag);
     }
@@ -493,6 +505,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     /// Waits for every operation the kernel still owns. Returns `false` if the ring failed
     /// first (the remaining leases are then leaked, never freed).
     pub fn drain(&mut self) -> bool {
+        self.handle_reaped();
         while self.in_flight > 0 {
             if let Err(e) = self.ring.submit_and_wait(true) {
                 if e.raw_os_error() == Some(libc::EINTR) {
@@ -553,10 +566,11 @@ fn with_tag(sqe: Sqe, tag: u64) -> Sqe {
     }
 }
 
-/// A hook's verdict, with a panic inside the hook turned into [`Action::Panic`] (a write's or
-/// sync's completion then fails instead of unwinding through the lane).
-fn checked(hook: &Hook, point: IoPoint) -> Action {
-    std::panic::catch_unwind(AssertUnwindSafe(|| hook.check(point))).unwrap_or(Action::Panic)
+/// The `WRITE` of `op`'s bytes from `done` on: at most [`MAX_WRITE`] of them (tag 0, for
+/// [`with_tag`]).
+fn write_sqe<W: WriteEngine>(op: &WriteOp<W>, done: usize) -> Sqe {
+    let rest = &op.data()[done..];
+    Sqe::Write { tag: 0, ptr: rest.as_ptr(), len: rest.len().min(MAX_WRITE) as u32, offset: op.offset() + done as u64 }
 }
 
 /// Applies a hook's verdict to a completed read.
