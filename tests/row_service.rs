@@ -48,9 +48,6 @@ impl Drop for Server {
 }
 
 async fn start(cfg: app::ServiceConfig, read_delay: Option<Duration>) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("emb.bin");
-    write_table(&path);
     let hook = read_delay.map(|d| {
         Hook::new(move |p| {
             if p.kind == IoKind::Read {
@@ -59,9 +56,17 @@ async fn start(cfg: app::ServiceConfig, read_delay: Option<Duration>) -> Server 
             Action::Proceed
         })
     });
-    // A slowed table must really be read: keep the (freshly written, so resident) rows off the
-    // adaptive cache path when a read delay is injected.
-    let adaptive = read_delay.is_none();
+    start_with(cfg, hook).await
+}
+
+/// A server over a fresh table whose reads go through `hook`.
+async fn start_with(cfg: app::ServiceConfig, hook: Option<Hook>) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("emb.bin");
+    write_table(&path);
+    // A hooked table must really be read: keep the (freshly written, so resident) rows off the
+    // adaptive cache path when a hook is set.
+    let adaptive = hook.is_none();
     let opts = TokioOptions { hook, adaptive, ..TokioOptions::default() };
     let layout = RowLayout { base: 0, row_size: ROW_SIZE, rows: None };
     let table = TokioEngine::open_rows(&path, layout, opts).await.unwrap();
@@ -217,8 +222,7 @@ async fn row_service_bad_requests_get_400_with_reason() {
 
     let r = post_rows(addr, &[1, ROWS, 2]).await;
     assert_eq!(r.status, 400);
-    assert!(r.text().contains(&format!("row {ROWS} is past the end of")), "{}", r.text());
-    assert!(r.text().contains(&format!("the table has {ROWS} rows")), "{}", r.text());
+    assert_eq!(r.text(), format!("row {ROWS} is past the end of the table: the table has {ROWS} rows"));
 
     for body in [&b"not json"[..], b"[1, \"x\"]", b"[-1]", b"{\"rows\": [1]}", b""] {
         let r = request(addr, "POST", "/rows", body).await;
@@ -239,4 +243,23 @@ async fn row_service_bad_requests_get_400_with_reason() {
     assert_eq!(r.body, expected(&cap));
     let r = post_rows(addr, &[]).await;
     assert_eq!((r.status, r.body.len()), (200, 0));
+}
+
+/// Issue 16 (9): a failed read is a `500` that names no server path (the details go to the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_service_read_failure_is_500_without_server_paths() {
+    let eio = Hook::new(|p| {
+        if p.kind == IoKind::Read {
+            Action::Fail(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            Action::Proceed
+        }
+    });
+    let server = start_with(app::ServiceConfig::default(), Some(eio)).await;
+    let r = post_rows(server.addr, &[1, 2]).await;
+    assert_eq!(r.status, 500);
+    let body = r.text();
+    assert!(!body.contains("emb.bin") && !body.contains(&*server._dir.path().to_string_lossy()), "{body}");
+    assert!(body.contains("could not be read"), "{body}");
+    assert_eq!(server.stats.failed.load(Ordering::Relaxed), 1);
 }

@@ -18,9 +18,10 @@
 //!
 //! # Errors
 //! `400 Bad Request`, `text/plain`, with the reason: a malformed body, more than
-//! [`ServiceConfig::max_rows`] ids, or a row past the end (eagerio's message, naming the row
-//! and the table's length). A failed read is `500` with eagerio's message (operation, file,
-//! row, offset). A body over the size limit is axum's `413`.
+//! [`ServiceConfig::max_rows`] ids, or a row past the end (naming the row and the table's
+//! length). A failed read is `500` with a generic message; eagerio's own message (operation,
+//! file, row, offset) goes to the server's log, never to the client: it names server paths. A
+//! body over the size limit is axum's `413`.
 
 // Both the example and the test compile this file; each uses only part of it.
 #![allow(dead_code)]
@@ -129,20 +130,32 @@ async fn rows<E: ReadEngine + Send + Sync + 'static>(State(app): State<Arc<App<E
     // The reads are submitted here, before the first await.
     let gather = match app.table.gather(&ids) {
         Ok(g) => g,
-        Err(e) if e.is_bad_input() => return bad(e.to_string()),
-        Err(e) => {
-            app.stats.failed.fetch_add(1, Ordering::Relaxed);
-            return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
-        }
+        Err(e) if e.is_bad_input() => return bad(client_reason(&e)),
+        Err(e) => return failed(&app, &e),
     };
     match gather.await {
         Ok(bytes) => {
             app.stats.served.fetch_add(1, Ordering::Relaxed);
             ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response()
         }
-        Err(e) => {
-            app.stats.failed.fetch_add(1, Ordering::Relaxed);
-            text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        }
+        Err(e) => failed(&app, &e),
     }
+}
+
+/// What a client is told about its bad request: eagerio's reason without the server's paths.
+fn client_reason(e: &eagerio::Error) -> String {
+    match e {
+        eagerio::Error::RowOutOfRange { row, rows, .. } => {
+            format!("row {row} is past the end of the table: the table has {rows} rows")
+        }
+        _ => "invalid request".to_string(),
+    }
+}
+
+/// A failed gather: the details (file, row, offset, OS error) go to the log; the client gets a
+/// `500` that names no server path.
+fn failed<E>(app: &App<E>, e: &eagerio::Error) -> Response {
+    app.stats.failed.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(error = %e, "row gather failed");
+    text(StatusCode::INTERNAL_SERVER_ERROR, "the rows could not be read; the server's log has the details".to_string())
 }

@@ -340,6 +340,12 @@ impl Error {
         }
     }
 
+    /// Opening `path` failed with `source`: [`Error::Io`] with [`Op::Open`]. Every backend
+    /// builds its open errors here.
+    pub fn open(path: &std::path::Path, source: io::Error) -> Error {
+        Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source }
+    }
+
     /// Shorthand for an invalid option.
     pub fn invalid_option(option: &'static str, reason: impl Into<String>) -> Error {
         Error::InvalidOptions { option, reason: reason.into() }

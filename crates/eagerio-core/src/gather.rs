@@ -514,7 +514,7 @@ impl<E: ReadEngine> Source<E> {
     /// As [`adaptive`](Self::adaptive).
     pub fn enable_adaptive(&mut self) -> Result<()> {
         let info = self.engine.info();
-        let io = |source| Error::Io { op: Op::Open, path: info.path.clone(), offset: None, target: None, source };
+        let io = |source| Error::open(&info.path, source);
         let file = std::fs::File::open(&info.path).map_err(io)?;
         self.residency = Some(StdArc::new(Residency::map(&file, info.len).map_err(io)?));
         Ok(())

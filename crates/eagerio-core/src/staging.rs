@@ -88,24 +88,22 @@ impl Staging {
     /// A pool of `total_bytes / slot_size` slots of `slot_size` bytes.
     ///
     /// # Errors
-    /// [`Error::InvalidOptions`] if `slot_size` is zero or not a multiple of 4096, or the pool
-    /// would hold no slot.
+    /// [`Error::InvalidOptions`] if `slot_size` is zero, not a multiple of 4096 or over 1 GiB, or
+    /// the pool would hold no slot.
     pub fn new(total_bytes: usize, slot_size: usize) -> Result<Staging> {
-        if slot_size == 0 || slot_size % STAGING_ALIGN != 0 {
-            return Err(Error::invalid_option(
-                "slot_size",
-                format!("{slot_size} is not a non-zero multiple of {STAGING_ALIGN}"),
-            ));
-        }
-        let slots = total_bytes / slot_size;
-        if slots == 0 || slots > u32::MAX as usize {
-            return Err(Error::invalid_option(
-                "staging_bytes",
-                format!("{total_bytes} bytes hold no slot of {slot_size} bytes"),
-            ));
-        }
+        Staging::for_options(total_bytes, slot_size, ["staging_bytes", "slot_size"])
+    }
+
+    /// [`new`](Self::new) for a backend's options: errors name the options as the user wrote
+    /// them, `names = [staging bytes, slot size]` (`["TokioOptions::staging_bytes",
+    /// "TokioOptions::max_read"]`).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new); also a slot size over 1 GiB.
+    pub fn for_options(total_bytes: usize, slot_size: usize, names: [&'static str; 2]) -> Result<Staging> {
+        let slots = Staging::check_options(total_bytes, slot_size, names)?;
         let layout = Layout::from_size_align(slots * slot_size, STAGING_ALIGN)
-            .map_err(|e| Error::invalid_option("staging_bytes", e.to_string()))?;
+            .map_err(|e| Error::invalid_option(names[0], e.to_string()))?;
         // SAFETY: the layout has a non-zero size (slots >= 1, slot_size >= 4096).
         let ptr = unsafe { alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
@@ -119,6 +117,29 @@ impl Staging {
                 freed: Condvar::new(),
             }),
         })
+    }
+
+    /// Checks the sizes [`for_options`](Self::for_options) takes, without allocating; returns
+    /// the slot count.
+    ///
+    /// # Errors
+    /// As [`for_options`](Self::for_options).
+    pub fn check_options(total_bytes: usize, slot_size: usize, names: [&'static str; 2]) -> Result<usize> {
+        let [total_name, slot_name] = names;
+        if slot_size == 0 || slot_size % STAGING_ALIGN != 0 || slot_size > 1 << 30 {
+            return Err(Error::invalid_option(
+                slot_name,
+                format!("{slot_size} is not a multiple of {STAGING_ALIGN} between {STAGING_ALIGN} and 1 GiB"),
+            ));
+        }
+        let slots = total_bytes / slot_size;
+        if slots == 0 || slots > u32::MAX as usize {
+            return Err(Error::invalid_option(
+                total_name,
+                format!("{total_bytes} bytes hold no slot of {slot_size} bytes ({slot_name})"),
+            ));
+        }
+        Ok(slots)
     }
 
     /// Size of one slot.

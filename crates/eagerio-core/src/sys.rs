@@ -7,15 +7,15 @@
 
 use std::{
     fs::File,
-    io,
+    io::{self, Seek},
     os::unix::{
-        fs::{FileExt, OpenOptionsExt},
+        fs::{FileExt, FileTypeExt, OpenOptionsExt},
         io::AsRawFd,
     },
     path::Path,
 };
 
-use crate::error::{Error, Op, Result};
+use crate::error::{Error, Result};
 use crate::staging::STAGING_ALIGN;
 
 /// Whether gathers bypass the page cache.
@@ -44,8 +44,66 @@ pub struct GatherFile {
     pub len: u64,
 }
 
-fn io_err(op: Op, path: &Path, source: io::Error) -> Error {
-    Error::Io { op, path: path.to_path_buf(), offset: None, target: None, source }
+/// Refuses a path that exists and is neither a regular file nor a block device, naming what it
+/// is, before anything opens it: a FIFO's `open` would wait for a writer (forever, and blocking
+/// the runtime's shutdown), and a directory would open and fail only at the first read. Block
+/// devices are allowed: a table may be a raw partition. A path that does not exist passes (the
+/// open that follows reports it, or a sink creates it).
+///
+/// # Errors
+/// [`Error::Io`] ([`Op::Open`](crate::Op::Open), kind `InvalidInput`) naming the path and its
+/// file type; the `stat` error if the path cannot be examined.
+pub fn check_kind(path: &Path) -> Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::open(path, e)),
+    };
+    let t = meta.file_type();
+    let what = if t.is_file() || t.is_block_device() {
+        return Ok(());
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else {
+        "not a regular file"
+    };
+    let why = format!("it is {what}; eagerio reads and writes regular files and block devices");
+    Err(Error::open(path, io::Error::new(io::ErrorKind::InvalidInput, why)))
+}
+
+/// The length of an open file: its size, or a block device's capacity.
+fn file_len(file: &File) -> io::Result<u64> {
+    let meta = file.metadata()?;
+    if meta.file_type().is_block_device() {
+        let mut f: &File = file;
+        return f.seek(io::SeekFrom::End(0));
+    }
+    Ok(meta.len())
+}
+
+/// Opens `path` for a sink: created if missing, truncated unless `keep`, refused at once if it
+/// is neither a regular file nor a block device ([`check_kind`]). Returns the file and where
+/// appends start: its length with `keep`, else 0.
+///
+/// # Errors
+/// As [`check_kind`]; [`Error::Io`] ([`Op::Open`](crate::Op::Open)) if it cannot be opened for
+/// writing (a read-only file or filesystem, a missing directory).
+pub fn open_sink_file(path: &Path, keep: bool) -> Result<(File, u64)> {
+    check_kind(path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(!keep)
+        .open(path)
+        .map_err(|e| Error::open(path, e))?;
+    let end = if keep { file_len(&file).map_err(|e| Error::open(path, e))? } else { 0 };
+    Ok((file, end))
 }
 
 /// The direct-I/O offset alignment the filesystem reports for `file` (`STATX_DIOALIGN`), or
@@ -71,9 +129,11 @@ pub fn dio_alignment(file: &File) -> Option<u64> {
 /// probe read) falls back to buffered reads with `POSIX_FADV_RANDOM`, logged at debug level.
 ///
 /// # Errors
-/// [`Error::Io`] if the file cannot be opened; [`Error::DirectIoUnsupported`] if `mode` is
-/// [`DirectIo::On`] and the filesystem refuses it.
+/// As [`check_kind`] for what is not a regular file or block device; [`Error::Io`] if the file
+/// cannot be opened; [`Error::DirectIoUnsupported`] if `mode` is [`DirectIo::On`] and the
+/// filesystem refuses it.
 pub fn open_for_gather(path: &Path, mode: DirectIo) -> Result<GatherFile> {
+    check_kind(path)?;
     if mode != DirectIo::Off {
         match open_direct(path) {
             Ok(f) => return Ok(f),
@@ -81,20 +141,20 @@ pub fn open_for_gather(path: &Path, mode: DirectIo) -> Result<GatherFile> {
                 return Err(Error::DirectIoUnsupported { path: path.to_path_buf(), source })
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(io_err(Op::Open, path, e));
+                return Err(Error::open(path, e));
             }
             Err(e) => tracing::debug!(?path, error = %e, "O_DIRECT refused; using buffered reads"),
         }
     }
-    let file = File::open(path).map_err(|e| io_err(Op::Open, path, e))?;
-    let len = file.metadata().map_err(|e| io_err(Op::Open, path, e))?.len();
+    let file = File::open(path).map_err(|e| Error::open(path, e))?;
+    let len = file_len(&file).map_err(|e| Error::open(path, e))?;
     advise(&file, libc::POSIX_FADV_RANDOM);
     Ok(GatherFile { file, direct: false, align: 1, len })
 }
 
 fn open_direct(path: &Path) -> io::Result<GatherFile> {
     let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path)?;
-    let len = file.metadata()?.len();
+    let len = file_len(&file)?;
     let align = dio_alignment(&file).unwrap_or(512);
     if align > STAGING_ALIGN as u64 {
         return Err(io::Error::new(io::ErrorKind::Unsupported, format!("direct I/O alignment {align} exceeds 4096")));

@@ -18,7 +18,7 @@ use std::{
 
 use eagerio_core::{
     fault::{self, Action, Hook, IoKind, IoPoint},
-    Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source,
+    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
 };
 use glommio::io::{DmaFile, ReadResult};
 
@@ -122,7 +122,7 @@ pub(crate) fn open_error(path: &Path, e: glommio::GlommioError<()>) -> Error {
     if source.raw_os_error() == Some(libc::EINVAL) {
         Error::DirectIoUnsupported { path: path.to_path_buf(), source }
     } else {
-        Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source }
+        Error::open(path, source)
     }
 }
 
@@ -168,16 +168,11 @@ impl GlommioEngine {
     pub async fn open(path: impl AsRef<Path>, opts: GlommioOptions) -> Result<Source<GlommioEngine>> {
         let path = path.as_ref();
         if opts.depth == 0 {
-            return Err(Error::invalid_option("depth", "at least one read must be in flight"));
+            return Err(Error::invalid_option("GlommioOptions::depth", "at least one read must be in flight"));
         }
+        eagerio_core::sys::check_kind(path)?;
         let file = DmaFile::open(path).await.map_err(|e| open_error(path, e))?;
-        let len = file.file_size().await.map_err(|e| Error::Io {
-            op: Op::Open,
-            path: path.to_path_buf(),
-            offset: None,
-            target: None,
-            source: io_error(e),
-        })?;
+        let len = file.file_size().await.map_err(|e| Error::open(path, io_error(e)))?;
         let align = alignment(path, &file);
         if opts.max_read == 0 || opts.max_read as u64 % align != 0 {
             return Err(Error::invalid_option(

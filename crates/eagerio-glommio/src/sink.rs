@@ -26,7 +26,7 @@ use std::{
 use bytes::Bytes;
 use eagerio_core::{
     fault::{self, Hook, IoKind, IoPoint},
-    Error, Op, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+    Error, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
 };
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 
@@ -110,13 +110,8 @@ impl GlommioWriter {
     /// Outside a glommio executor.
     pub async fn create(path: impl AsRef<Path>, mut opts: WriterOptions) -> Result<Sink<GlommioWriter>> {
         let path = path.as_ref();
-        let io_err = |source: io::Error| Error::Io {
-            op: Op::Open,
-            path: path.to_path_buf(),
-            offset: None,
-            target: None,
-            source,
-        };
+        let io_err = |source: io::Error| Error::open(path, source);
+        eagerio_core::sys::check_kind(path)?;
         let buffered = OpenOptions::new()
             .write(true)
             .create(true)

@@ -12,7 +12,7 @@ use std::{
 
 use eagerio_core::{
     fault::{Action, Hook, IoKind, IoPoint},
-    Error, FileInfo, JobHandle, Op, ReadEngine, Result, RowLayout, RowTable, Source,
+    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
 };
 use object_store::{path::Path, ObjectStore};
 
@@ -196,13 +196,10 @@ impl ObjectStoreEngine {
         opts: ObjectStoreOptions,
     ) -> Result<Source<ObjectStoreEngine>> {
         crate::runtime("opening an object")?;
-        let meta = store.head(&location).await.map_err(|e| Error::Io {
-            op: Op::Open,
-            path: name(&opts, &*store, &location),
-            offset: None,
-            target: None,
-            source: to_io(&format!("HEAD {location}"), &e),
-        })?;
+        let meta = store
+            .head(&location)
+            .await
+            .map_err(|e| Error::open(&name(&opts, &*store, &location), to_io(&format!("HEAD {location}"), &e)))?;
         Self::with_len(store, location, meta.size, opts)
     }
 
@@ -219,7 +216,10 @@ impl ObjectStoreEngine {
     ) -> Result<Source<ObjectStoreEngine>> {
         let rt = crate::runtime("opening an object")?;
         if opts.concurrency == 0 {
-            return Err(Error::invalid_option("concurrency", "a gather needs at least one GET in flight"));
+            return Err(Error::invalid_option(
+                "ObjectStoreOptions::concurrency",
+                "a gather needs at least one GET in flight",
+            ));
         }
         if opts.max_request == 0 || opts.max_request > 1 << 30 {
             return Err(Error::invalid_option(

@@ -41,8 +41,8 @@ use std::{
 use bytes::Bytes;
 use eagerio_core::{
     fault::{self, Hook, IoKind, IoPoint},
-    DataSink, Error, FlushFuture, Op, ReadyFuture, Result, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine,
-    WriteFuture, WriteOp,
+    DataSink, Error, FlushFuture, ReadyFuture, Result, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture,
+    WriteOp,
 };
 use object_store::{path::Path, MultipartUpload, ObjectStore, PutPayload};
 use tokio::task::JoinHandle;
@@ -189,7 +189,7 @@ impl ObjectStoreWriter {
     pub async fn create(store: Arc<dyn ObjectStore>, location: Path, opts: WriterOptions) -> Result<ObjectSink> {
         let rt = crate::runtime("creating an object")?;
         if opts.part_size == 0 {
-            return Err(Error::invalid_option("part_size", "parts need at least one byte"));
+            return Err(Error::invalid_option("WriterOptions::part_size", "parts need at least one byte"));
         }
         if opts.sink.append_from != 0 {
             return Err(Error::invalid_option(
@@ -198,13 +198,10 @@ impl ObjectStoreWriter {
             ));
         }
         let name = opts.name.clone().unwrap_or_else(|| PathBuf::from(format!("{store}/{location}")));
-        let upload = store.put_multipart(&location).await.map_err(|e| Error::Io {
-            op: Op::Open,
-            path: name.clone(),
-            offset: None,
-            target: None,
-            source: to_io(&format!("starting the multipart upload of {location}"), &e),
-        })?;
+        let upload = store
+            .put_multipart(&location)
+            .await
+            .map_err(|e| Error::open(&name, to_io(&format!("starting the multipart upload of {location}"), &e)))?;
         let writer = ObjectStoreWriter {
             inner: Arc::new(Inner {
                 store,

@@ -89,10 +89,14 @@ impl TokioEngine {
     /// As [`open`](Self::open).
     pub fn open_blocking(path: &Path, opts: TokioOptions) -> Result<Source<TokioEngine>> {
         if opts.depth == 0 {
-            return Err(Error::invalid_option("depth", "at least one read must be in flight"));
+            return Err(Error::invalid_option("TokioOptions::depth", "at least one read must be in flight"));
         }
         let rt = crate::runtime(path)?;
-        let staging = Staging::new(opts.staging_bytes, opts.max_read)?;
+        let staging = Staging::for_options(
+            opts.staging_bytes,
+            opts.max_read,
+            ["TokioOptions::staging_bytes", "TokioOptions::max_read"],
+        )?;
         let gf = sys::open_for_gather(path, opts.direct)?;
         let info = FileInfo { path: path.to_path_buf(), len: gf.len, align: gf.align, max_read: opts.max_read as u64 };
         let adaptive = opts.adaptive;

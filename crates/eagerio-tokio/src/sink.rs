@@ -4,7 +4,7 @@ use std::{fs::File, path::Path, path::PathBuf, sync::Arc};
 
 use eagerio_core::{
     fault::{with_hook, Hook, IoKind, IoPoint},
-    sys, Error, Op, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+    sys, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
 };
 
 /// Options of the tokio writer.
@@ -57,23 +57,8 @@ impl TokioWriter {
     /// As [`create`](Self::create).
     pub fn create_blocking(path: &Path, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
         let rt = crate::runtime(path)?;
-        let file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(!opts.keep).open(path).map_err(|source| {
-                Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source }
-            })?;
-        if opts.keep {
-            let len = file
-                .metadata()
-                .map_err(|source| Error::Io {
-                    op: Op::Open,
-                    path: path.to_path_buf(),
-                    offset: None,
-                    target: None,
-                    source,
-                })?
-                .len();
-            opts.sink.append_from = opts.sink.append_from.max(len);
-        }
+        let (file, end) = sys::open_sink_file(path, opts.keep)?;
+        opts.sink.append_from = opts.sink.append_from.max(end);
         let w = TokioWriter { inner: Arc::new(Inner { file, path: path.to_path_buf(), hook: opts.hook, rt }) };
         Sink::new(w, opts.sink)
     }

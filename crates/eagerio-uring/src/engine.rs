@@ -81,6 +81,9 @@ impl Default for UringOptions {
     }
 }
 
+/// The options that size a lane's staging, as errors name them.
+const STAGING_NAMES: [&str; 2] = ["UringOptions::staging_bytes", "UringOptions::max_read"];
+
 /// The user side of one lane.
 pub(crate) struct LaneHandle {
     pub(crate) inbox: Arc<Inbox<UringWriter>>,
@@ -199,12 +202,13 @@ impl UringEngine {
     pub fn open_blocking(path: impl AsRef<Path>, opts: UringOptions) -> Result<Source<UringEngine>> {
         let path = path.as_ref();
         if opts.lanes == 0 {
-            return Err(Error::invalid_option("lanes", "at least one lane is needed"));
+            return Err(Error::invalid_option("UringOptions::lanes", "at least one lane is needed"));
         }
         if opts.depth == 0 || opts.depth > 32768 {
-            return Err(Error::invalid_option("depth", "between 1 and 32768 reads per lane"));
+            return Err(Error::invalid_option("UringOptions::depth", "between 1 and 32768 reads per lane"));
         }
-        let staging_bytes = opts.staging_bytes.unwrap_or(opts.depth * opts.max_read);
+        let staging_bytes = opts.staging_bytes.unwrap_or(opts.depth.saturating_mul(opts.max_read));
+        Staging::check_options(staging_bytes, opts.max_read, STAGING_NAMES)?;
         let gf = sys::open_for_gather(path, opts.direct)?;
         let info = FileInfo { path: path.to_path_buf(), len: gf.len, align: gf.align, max_read: opts.max_read as u64 };
         let direct = gf.direct;
@@ -221,7 +225,7 @@ impl UringEngine {
                 depth: opts.depth,
                 flags: opts.setup,
                 file: file.clone(),
-                staging: Staging::new(staging_bytes, opts.max_read)?,
+                staging: Staging::for_options(staging_bytes, opts.max_read, STAGING_NAMES)?,
                 register: opts.fallback != Fallback::Unregistered,
                 cfg: LaneConfig {
                     depth: opts.depth,

@@ -1,12 +1,11 @@
 //! `UringWriter`: a sink whose writes go through a lane's ring.
 
 use std::{
-    fs::OpenOptions,
     path::{Path, PathBuf},
     sync::Arc,
 };
 
-use eagerio_core::{fault::Hook, Error, Op, Result, Sink, SinkOptions, Staging, SyncOp, WriteEngine, WriteOp};
+use eagerio_core::{fault::Hook, Error, Result, Sink, SinkOptions, Staging, SyncOp, WriteEngine, WriteOp};
 
 use crate::{
     engine::{spawn_lane, LaneSpec},
@@ -74,14 +73,10 @@ impl UringWriter {
     pub fn create(path: impl AsRef<Path>, mut opts: UringWriterOptions) -> Result<Sink<UringWriter>> {
         let path = path.as_ref();
         if opts.depth == 0 {
-            return Err(Error::invalid_option("depth", "at least one write must be in flight"));
+            return Err(Error::invalid_option("UringWriterOptions::depth", "at least one write must be in flight"));
         }
-        let io_err = |source| Error::Io { op: Op::Open, path: path.to_path_buf(), offset: None, target: None, source };
-        let file = OpenOptions::new().write(true).create(true).truncate(!opts.keep).open(path).map_err(io_err)?;
-        if opts.keep {
-            let len = file.metadata().map_err(io_err)?.len();
-            opts.sink.append_from = opts.sink.append_from.max(len);
-        }
+        let (file, end) = eagerio_core::sys::open_sink_file(path, opts.keep)?;
+        opts.sink.append_from = opts.sink.append_from.max(end);
         let spec = LaneSpec {
             name: "eagerio-sink-lane".to_string(),
             depth: opts.depth,

@@ -5,7 +5,7 @@
 use std::{
     path::Path,
     sync::{mpsc, Arc},
-    task::{Context, Poll, Wake, Waker},
+    task::{Context, Wake, Waker},
     time::Duration,
 };
 
