@@ -272,6 +272,77 @@ fn dropped_future_then_gather() {
     });
 }
 
+/// (c') Issue 16 (11): a gather that fails while another of its reads is still in the kernel
+/// resolves only once that read has completed: when its error is seen, every slot it used is back
+/// and its statistics are recorded. A future that resolved on the failure alone would be caught
+/// here with a slot still leased. Then the next gather, contending for the same slots.
+#[test]
+fn failed_gather_resolves_after_its_reads_drain() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(2 * SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(2, Fault::Eio(0));
+        let err = loom::future::block_on(source.gather_ranges(FIRST).unwrap()).expect_err("extent 0 fails");
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert!(staging.is_full(), "the failed gather resolved while one of its reads held a slot");
+        assert_eq!(source.stats().failed, 1, "the failed gather resolved before its statistics were recorded");
+
+        source.engine().serve(1, Fault::None);
+        check(&data, SECOND, loom::future::block_on(source.gather_ranges(SECOND).unwrap()).unwrap());
+        source.engine().join_all();
+        assert!(staging.is_full(), "a slot leaked");
+    });
+}
+
+/// (c'') Issue 16 (6): a settled future sees final statistics. The last party's drop records the
+/// wait and the source's totals before the future may finish; a future that finished as soon as
+/// the party count reached zero could see neither.
+#[test]
+fn settled_gather_has_final_statistics() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(1, Fault::None);
+        let mut fut = source.gather_ranges(&FIRST[..1]).unwrap();
+        let got = loom::future::block_on(&mut fut).unwrap();
+        check(&data, &FIRST[..1], got);
+        assert_eq!(source.stats().gathers, 1, "the source's totals were not recorded yet");
+        assert_eq!(fut.stats().reads_issued, 1);
+        assert!(fut.is_settled());
+        source.engine().join_all();
+    });
+}
+
+/// (b') Issue 16 (7): a panic on one thread is never charged to another thread's gather. Under
+/// loom every model thread shares one OS thread, so `std::thread::panicking()` in a handle's drop
+/// would answer for whichever thread is unwinding; a clean gather whose last handle drops while a
+/// worker of another gather unwinds must still succeed.
+#[test]
+fn panic_on_one_thread_is_not_charged_to_another_gather() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(2 * SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(1, Fault::Panic(0));
+        let failing = source.gather_ranges(&FIRST[..1]).unwrap();
+        source.engine().serve(1, Fault::None);
+        let clean = source.gather_ranges(&SECOND[..1]).unwrap();
+        check(&data, &SECOND[..1], loom::future::block_on(clean).expect("the clean gather"));
+        let err = loom::future::block_on(failing).expect_err("the panicking gather");
+        assert!(matches!(err, Error::Panicked { .. }), "{err:?}");
+        source.engine().join_all();
+        assert!(staging.is_full(), "a slot leaked");
+    });
+}
+
 /// (d) Two threads append concurrently: the reserved offsets are disjoint and contiguous, and
 /// after `flush` the file holds each chunk at its offset.
 #[test]
