@@ -385,6 +385,7 @@ mod tests {
         let p = Plan::new(&[(5000, 90)], &opts(0, 4096, 65536)).unwrap();
         let e = p.extents()[0];
         assert_eq!((e.offset, e.len), (4096, 4096));
+        assert_eq!(p.bytes_to_read(), 4096);
         assert_eq!(e.needed, 5000 - 4096 + 90);
     }
 
@@ -419,6 +420,30 @@ mod tests {
         assert!(e.to_string().contains("fit in memory"), "{e}");
         let p = Plan::new(&[(0, 10), (100_000, 10)], &opts(u64::MAX, 1, 4096)).unwrap();
         assert_eq!(p.out_len(), 20);
+    }
+
+    /// Past the small-input threshold the radix sort runs; equal offsets with different lengths
+    /// must still come out sorted by length, so duplicates are neighbours and read once.
+    #[test]
+    fn equal_offsets_with_mixed_lengths_past_the_radix_threshold() {
+        // Seven offsets with lengths repeating every 20 requests, and one offset whose first
+        // length is unique while a later one repeats (5, 3, 7, 3).
+        let mut reqs: Vec<(u64, u64)> = (0..600u64).map(|i| ((i % 7) * 5000, 1 + (i * 37) % 20)).collect();
+        reqs.splice(300..300, [5, 3, 7, 3].map(|len| (39_000, len)));
+        let p = Plan::new(&reqs, &opts(0, 1, 4096)).unwrap();
+        let file: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(p.execute_from(&file), naive(&file, &reqs));
+        let distinct: std::collections::BTreeSet<_> = reqs.iter().collect();
+        assert_eq!(p.unique_requests(), distinct.len(), "duplicates must be neighbours after sorting");
+    }
+
+    /// One read moves at most 2 GiB - 1 (an SQE's length is 32 bits, signed in the kernel).
+    #[test]
+    fn max_read_bound_is_just_under_2_gib() {
+        let at = |max_read| PlanOptions { max_gap: 0, align: 1, max_read }.validate();
+        assert!(at((1 << 31) - 1).is_ok());
+        assert!(at(1 << 31).is_err());
+        assert!(at(u64::from(u32::MAX)).is_err());
     }
 
     #[test]

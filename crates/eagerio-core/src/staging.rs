@@ -298,14 +298,71 @@ mod tests {
     #[test]
     fn slots_are_aligned_and_bounded() {
         let s = Staging::new(64 * 1024, 16 * 1024).unwrap();
-        assert_eq!(s.slots(), 4);
+        assert_eq!((s.slots(), s.slot_size()), (4, 16 * 1024));
+        let (base, len) = s.region();
+        assert_eq!(len, 64 * 1024, "the region holds every slot");
         let mut leases: Vec<_> = (0..4).map(|_| s.try_acquire().unwrap()).collect();
         assert!(s.try_acquire().is_none());
+        assert!(!s.is_full());
+        let mut seen = std::collections::BTreeSet::new();
         for l in &mut leases {
-            assert_eq!(l.as_mut_ptr() as usize % STAGING_ALIGN, 0);
+            assert!(l.index() < 4 && seen.insert(l.index()), "slot {} handed out twice", l.index());
+            assert_eq!((l.len(), l.is_empty()), (16 * 1024, false));
+            let at = l.as_mut_ptr() as usize - base as usize;
+            assert_eq!(at, l.index() * 16 * 1024, "slot {} is not at its offset", l.index());
         }
         drop(leases);
         assert!(s.is_full());
+    }
+
+    /// Each lease reads and writes its own slot's bytes, not another's.
+    #[test]
+    fn leases_see_their_own_bytes() {
+        let s = Staging::new(3 * 4096, 4096).unwrap();
+        let mut leases: Vec<_> = (0..3).map(|_| s.try_acquire().unwrap()).collect();
+        for l in &mut leases {
+            let v = l.index() as u8 + 1;
+            l.with_mut(|b| b.fill(v));
+        }
+        for l in &leases {
+            let v = l.index() as u8 + 1;
+            assert!(l.with(|b| b.len() == 4096 && b.iter().all(|&x| x == v)), "slot {}", l.index());
+        }
+    }
+
+    /// An async acquirer of an exhausted pool waits, and a released slot wakes it.
+    #[test]
+    fn poll_acquire_waits_and_is_woken() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let s = Staging::new(4096, 4096).unwrap();
+        let held = s.try_acquire().unwrap();
+        let count = std::sync::Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(s.poll_acquire(&mut cx).is_pending());
+        assert!(s.poll_acquire(&mut cx).is_pending(), "polled twice, registered once");
+        drop(held);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the release woke the waiter once");
+        assert!(matches!(s.poll_acquire(&mut cx), Poll::Ready(_)));
+    }
+
+    /// The size limits, checked without allocating.
+    #[test]
+    fn size_limits_are_exact() {
+        let names = ["total", "slot"];
+        assert_eq!(Staging::check_options(1 << 30, 1 << 30, names).unwrap(), 1);
+        assert!(Staging::check_options(2 << 30, (1 << 30) + 4096, names).is_err());
+        let most = u32::MAX as usize;
+        assert_eq!(Staging::check_options(most * 4096, 4096, names).unwrap(), most);
+        let e = Staging::check_options((most + 1) * 4096, 4096, names).unwrap_err();
+        assert!(e.to_string().contains("`total`"), "{e}");
+        assert_eq!(DEFAULT_STAGING_BYTES, 8 << 20, "the documented default");
     }
 
     #[test]

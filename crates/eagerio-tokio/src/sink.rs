@@ -41,8 +41,10 @@ impl TokioWriter {
     /// Creates (or opens) `path` for writing and returns its eager sink.
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be opened for writing (a read-only file or directory);
-    /// [`Error::InvalidOptions`] for a zero in-flight bound; [`Error::Unavailable`] outside a
+    /// [`Error::Io`](eagerio_core::Error::Io) if the path is not a regular file or block device,
+    /// or cannot be opened for writing (a read-only file or filesystem);
+    /// [`Error::InvalidOptions`](eagerio_core::Error::InvalidOptions) for a zero in-flight bound;
+    /// [`Error::Unavailable`](eagerio_core::Error::Unavailable) outside a
     /// tokio runtime.
     pub async fn create(path: impl AsRef<Path>, opts: WriterOptions) -> Result<Sink<TokioWriter>> {
         let path = path.as_ref().to_path_buf();

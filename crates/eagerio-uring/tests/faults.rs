@@ -182,7 +182,9 @@ fn ten_thousand_gathers_dropped_at_random_points() {
             checked += 1;
         }
     }
-    eprintln!("{settled_before_drop} of 10000 gathers had settled before their drop; {checked} checked gathers between");
+    eprintln!(
+        "{settled_before_drop} of 10000 gathers had settled before their drop; {checked} checked gathers between"
+    );
     wait_full(&t);
     let ids: Vec<u64> = (0..2000).map(|_| rng.gen_range(0..8192)).collect();
     assert_eq!(block_on(t.gather(&ids).unwrap()).unwrap(), expect(&data, &ids));
