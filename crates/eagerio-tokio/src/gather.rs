@@ -1,6 +1,12 @@
 //! Gathers on the blocking pool.
 
-use std::{fs::File, panic::AssertUnwindSafe, path::Path, sync::Arc};
+use std::{
+    collections::VecDeque,
+    fs::File,
+    panic::AssertUnwindSafe,
+    path::Path,
+    sync::{Arc, Mutex},
+};
 
 use eagerio_core::{
     fault::{with_hook, Hook, IoKind, IoPoint},
@@ -11,7 +17,8 @@ use eagerio_core::{
 /// Options of the tokio gather engine.
 #[derive(Debug, Clone)]
 pub struct TokioOptions {
-    /// Reads in flight per gather: the number of blocking workers it spawns. Default 64.
+    /// Reads in flight for this engine, across all its gathers: the most blocking workers it
+    /// runs at once, however many gathers are in flight. Default 64.
     pub depth: usize,
     /// Staging per source. Default 8 MiB.
     pub staging_bytes: usize,
@@ -50,6 +57,20 @@ struct Inner {
     depth: usize,
     hook: Option<Hook>,
     rt: tokio::runtime::Handle,
+    queue: Mutex<Queue>,
+}
+
+/// The gathers with extents left to claim, and the workers serving them.
+#[derive(Default)]
+struct Queue {
+    /// Served round robin, one extent at a time, so a large gather cannot starve a small one.
+    jobs: VecDeque<JobHandle>,
+    /// Blocking workers running (at most `depth`).
+    workers: usize,
+}
+
+fn lock(m: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Reads one file on tokio's blocking pool. Cloning shares the file and its staging.
@@ -109,6 +130,7 @@ impl TokioEngine {
                 depth: opts.depth,
                 hook: opts.hook,
                 rt,
+                queue: Mutex::default(),
             }),
         };
         Ok(eagerio_core::residency::maybe_adaptive(Source::new(engine).with_max_gap(opts.max_gap), adaptive))
@@ -142,40 +164,109 @@ impl ReadEngine for TokioEngine {
         &self.inner.info
     }
 
+    /// Queues the job and starts blocking workers for it, up to the engine's `depth` in all:
+    /// its reads are in flight (or queued to running workers) when this returns.
     fn submit(&self, job: JobHandle) {
-        let workers = self.inner.depth.min(job.plan().extents().len());
-        for _ in 0..workers {
-            let job = job.clone();
-            let inner = self.inner.clone();
-            // Dropping the JoinHandle detaches the worker; it owns its job handle and slots.
-            drop(self.inner.rt.spawn_blocking(move || worker(&inner, job)));
+        let spawn = {
+            let mut q = lock(&self.inner.queue);
+            let wanted = job.plan().extents().len();
+            q.jobs.push_back(job);
+            let n = (self.inner.depth - q.workers).min(wanted);
+            q.workers += n;
+            n
+        };
+        for _ in 0..spawn {
+            let worker = Worker { inner: self.inner.clone(), counted: true };
+            // Dropping the JoinHandle detaches the worker.
+            drop(self.inner.rt.spawn_blocking(move || worker.run()));
         }
     }
 }
 
-/// One blocking worker: refills from the job until no extent is left.
-fn worker(inner: &Inner, job: JobHandle) {
-    let align = if inner.direct { inner.info.align } else { 1 };
-    while let Some(i) = job.next_extent() {
-        let e = job.plan().extents()[i];
-        let mut slot = inner.staging.acquire_blocking();
-        // The slot lease lives in this frame: on a panic it is dropped while unwinding, after the
-        // pread returned, so a slot never goes back while a read still targets it.
-        let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let point = IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize };
-            let res = slot.with_mut(|buf| {
-                with_hook(inner.hook.as_ref(), point, || {
-                    sys::pread_full(&inner.file, &mut buf[..e.len as usize], e.offset, align)
-                })
-            });
-            if let Some(h) = &inner.hook {
-                h.check(IoPoint { kind: IoKind::CopyOut, ..point });
-            }
-            slot.with(|buf| job.complete(i, buf, res));
-        }));
-        if let Err(payload) = step {
-            job.fail_panicked(i, &*payload);
+/// One blocking worker of an engine: serves queued gathers, one extent at a time, until none has
+/// an extent left.
+struct Worker {
+    inner: Arc<Inner>,
+    /// Still counted in [`Queue::workers`].
+    counted: bool,
+}
+
+impl Drop for Worker {
+    /// A worker that ends without having counted itself out (the runtime dropped it unrun while
+    /// shutting down, or it unwound) gives its place back; if it was the last, the queued gathers
+    /// are dropped too, and fail as abandoned instead of waiting forever.
+    fn drop(&mut self) {
+        if !self.counted {
             return;
         }
+        let orphans = {
+            let mut q = lock(&self.inner.queue);
+            q.workers -= 1;
+            if q.workers == 0 {
+                std::mem::take(&mut q.jobs)
+            } else {
+                VecDeque::new()
+            }
+        };
+        drop(orphans);
+    }
+}
+
+impl Worker {
+    fn run(mut self) {
+        while let Some((job, i)) = self.next() {
+            read_extent(&self.inner, &job, i);
+        }
+    }
+
+    /// Claims the next extent, round robin over the queued gathers; `None` (the worker then
+    /// exits, counted out under the same lock) once no gather has one left.
+    fn next(&mut self) -> Option<(JobHandle, usize)> {
+        let mut finished = Vec::new();
+        let next = {
+            let mut q = lock(&self.inner.queue);
+            loop {
+                let Some(job) = q.jobs.pop_front() else {
+                    q.workers -= 1;
+                    self.counted = false;
+                    break None;
+                };
+                match job.next_extent() {
+                    Some(i) => {
+                        q.jobs.push_back(job.clone());
+                        break Some((job, i));
+                    }
+                    None => finished.push(job),
+                }
+            }
+        };
+        // Outside the lock: the last handle of a gather settles it and wakes its future.
+        drop(finished);
+        next
+    }
+}
+
+/// Reads extent `i` of `job` into a staging slot and completes it; a panic (a hook, the read or
+/// the copy-out) fails the gather, naming the extent.
+fn read_extent(inner: &Inner, job: &JobHandle, i: usize) {
+    let align = if inner.direct { inner.info.align } else { 1 };
+    let e = job.plan().extents()[i];
+    let mut slot = inner.staging.acquire_blocking();
+    // The slot lease lives in this frame: on a panic it is dropped while unwinding, after the
+    // pread returned, so a slot never goes back while a read still targets it.
+    let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let point = IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize };
+        let res = slot.with_mut(|buf| {
+            with_hook(inner.hook.as_ref(), point, || {
+                sys::pread_full(&inner.file, &mut buf[..e.len as usize], e.offset, align)
+            })
+        });
+        if let Some(h) = &inner.hook {
+            h.check(IoPoint { kind: IoKind::CopyOut, ..point });
+        }
+        slot.with(|buf| job.complete(i, buf, res));
+    }));
+    if let Err(payload) = step {
+        job.fail_panicked(i, &*payload);
     }
 }

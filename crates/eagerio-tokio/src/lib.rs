@@ -2,11 +2,13 @@
 //!
 //! # When the I/O starts
 //! [`Source::gather_ranges`](eagerio_core::Source::gather_ranges) and
-//! [`RowTable::gather`](eagerio_core::RowTable::gather) plan the request and spawn up to
-//! [`TokioOptions::depth`] blocking workers *before they return*. Each worker takes the next
-//! extent as soon as its previous one is done (the window refills as completions arrive), reads
-//! it with `pread` into a staging slot and copies the rows out. [`eagerio_core::Sink`] writes are spawned
-//! likewise at call time.
+//! [`RowTable::gather`](eagerio_core::RowTable::gather) plan the request, queue it to the engine
+//! and start blocking workers for it *before they return*. An engine runs at most
+//! [`TokioOptions::depth`] workers, and so at most `depth` reads, however many gathers are in
+//! flight: each worker takes the next extent as soon as its previous one is done (the window
+//! refills as completions arrive), round robin over the queued gathers so a large one cannot
+//! starve a small one, reads it with `pread` into a staging slot and copies the rows out.
+//! [`eagerio_core::Sink`] writes are spawned at call time.
 //!
 //! # What dropping a future does
 //! A dropped gather stops issuing extents; workers finish the `pread` they are in, release their

@@ -1,4 +1,4 @@
-//! The eager contract, after the known defect of lazy write futures (BACKGROUND.md §1): the I/O
+//! The eager contract, after the known defect of lazy write futures (docs/background.md): the I/O
 //! is in flight before anything is awaited. Asserted on counters, never on time.
 
 use std::{
