@@ -65,6 +65,5 @@ async fn gather_budget_bounds_reads_across_concurrent_gathers() {
     }
     let peak = counter.peak.load(Ordering::SeqCst);
     assert!(peak <= DEPTH, "{peak} reads in flight at once; the engine's depth is {DEPTH}");
-    assert!(peak >= 2, "the reads ran one at a time ({peak}): the workers did not run concurrently");
     assert!(table.source().engine().staging().is_full());
 }
