@@ -199,7 +199,7 @@ impl Inner {
         let (start, end) = range_of(&op);
         let point = IoPoint { kind: IoKind::Write, offset: start, len: op.data().len() };
         let cap = match fault::failure(self.hook.as_ref(), point) {
-            Err(e) => return self.finish(op, Err(e)),
+            Err(e) => return op.complete(Err(e)),
             Ok(cap) => cap,
         };
         // Cut into [start, mid_start) buffered, [mid_start, mid_end) direct, [mid_end, end)
@@ -261,14 +261,10 @@ impl Inner {
                     Ok(())
                 }
             });
-            me.finish(op, res);
+            // No borrow of the state is held here: the core may start held or queued writes,
+            // or a sync, from inside `complete`.
+            op.complete(res);
         });
-    }
-
-    /// Reports `op`'s outcome. The core may start held or queued writes, or a sync, from in
-    /// here: no borrow of the state is held.
-    fn finish(self: &Rc<Self>, op: WriteOp<GlommioWriter>, res: io::Result<()>) {
-        op.complete(res);
     }
 }
 
