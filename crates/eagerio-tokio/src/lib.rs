@@ -46,7 +46,7 @@ mod sink;
 
 pub use eagerio_core::sys::DirectIo;
 pub use gather::{TokioEngine, TokioOptions};
-pub use sink::{TokioWriter, WriterOptions};
+pub use sink::{BlockingFile, TokioWriter, WriterOptions};
 
 use eagerio_core::{Error, Op, Result};
 

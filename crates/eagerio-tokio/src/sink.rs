@@ -18,17 +18,75 @@ pub struct WriterOptions {
     pub hook: Option<Hook>,
 }
 
-struct Inner {
+/// An open file whose writes and syncs run on a tokio runtime's blocking pool: the engine of
+/// [`TokioWriter`], and of any other sink that falls back to the blocking pool (the io_uring
+/// sink does where the ring is refused).
+pub struct BlockingFile {
     file: File,
     path: PathBuf,
     hook: Option<Hook>,
     rt: tokio::runtime::Handle,
 }
 
+impl BlockingFile {
+    /// Creates (or, with `keep`, opens) `path` for writing on the current runtime's blocking
+    /// pool; returns it with the file's length (where appends start when `keep` is set).
+    ///
+    /// # Errors
+    /// [`eagerio_core::Error::Unavailable`] outside a tokio runtime; as
+    /// [`sys::open_sink_file`] otherwise.
+    pub fn create(path: &Path, keep: bool, hook: Option<Hook>) -> Result<(Arc<BlockingFile>, u64)> {
+        let rt = crate::runtime(path)?;
+        let (file, end) = sys::open_sink_file(path, keep)?;
+        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), hook, rt }), end))
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Starts `op` on the blocking pool: a `pwrite` loop to its end; a short write is an error.
+    pub fn write<W: WriteEngine>(self: &Arc<Self>, op: WriteOp<W>)
+    where
+        WriteOp<W>: Send + 'static,
+    {
+        let this = self.clone();
+        drop(self.rt.spawn_blocking(move || {
+            let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len: op.data().len() };
+            let res = with_hook(this.hook.as_ref(), point, || {
+                sys::pwrite_all(&this.file, op.data(), op.offset()).map(|()| op.data().len())
+            });
+            let res = match res {
+                Ok(n) if n < op.data().len() => Err(std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    format!("short write: {n} of {} bytes", op.data().len()),
+                )),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            op.complete(res);
+        }));
+    }
+
+    /// Starts `op` on the blocking pool: an `fdatasync`.
+    pub fn sync<W: WriteEngine>(self: &Arc<Self>, op: SyncOp<W>)
+    where
+        SyncOp<W>: Send + 'static,
+    {
+        let this = self.clone();
+        drop(self.rt.spawn_blocking(move || {
+            let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
+            let res = with_hook(this.hook.as_ref(), point, || this.file.sync_data().map(|()| 0));
+            op.complete(res.map(|_| ()));
+        }));
+    }
+}
+
 /// Writes one file on tokio's blocking pool; the engine of a [`Sink`].
 #[derive(Clone)]
 pub struct TokioWriter {
-    inner: Arc<Inner>,
+    inner: Arc<BlockingFile>,
 }
 
 impl std::fmt::Debug for TokioWriter {
@@ -58,11 +116,9 @@ impl TokioWriter {
     /// # Errors
     /// As [`create`](Self::create).
     pub fn create_blocking(path: &Path, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
-        let rt = crate::runtime(path)?;
-        let (file, end) = sys::open_sink_file(path, opts.keep)?;
+        let (inner, end) = BlockingFile::create(path, opts.keep, opts.hook)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
-        let w = TokioWriter { inner: Arc::new(Inner { file, path: path.to_path_buf(), hook: opts.hook, rt }) };
-        Sink::new(w, opts.sink)
+        Sink::new(TokioWriter { inner }, opts.sink)
     }
 }
 
@@ -72,31 +128,10 @@ impl WriteEngine for TokioWriter {
     }
 
     fn submit_write(&self, op: WriteOp<Self>) {
-        let inner = self.inner.clone();
-        // If the worker panics, `op` is dropped while unwinding and reports the write as failed.
-        drop(self.inner.rt.spawn_blocking(move || {
-            let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len: op.data().len() };
-            let res = with_hook(inner.hook.as_ref(), point, || {
-                sys::pwrite_all(&inner.file, op.data(), op.offset()).map(|()| op.data().len())
-            });
-            let res = match res {
-                Ok(n) if n < op.data().len() => Err(std::io::Error::new(
-                    std::io::ErrorKind::WriteZero,
-                    format!("short write: {n} of {} bytes", op.data().len()),
-                )),
-                Ok(_) => Ok(()),
-                Err(e) => Err(e),
-            };
-            op.complete(res);
-        }));
+        self.inner.write(op);
     }
 
     fn submit_sync(&self, op: SyncOp<Self>) {
-        let inner = self.inner.clone();
-        drop(self.inner.rt.spawn_blocking(move || {
-            let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
-            let res = with_hook(inner.hook.as_ref(), point, || inner.file.sync_data().map(|()| 0));
-            op.complete(res.map(|_| ()));
-        }));
+        self.inner.sync(op);
     }
 }
