@@ -25,90 +25,31 @@
 //! median).
 
 use std::{
-    fmt,
     io::{Read, Write},
     net::{TcpListener, TcpStream},
     ops::Range,
     process::{Child, Command, Stdio},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
 use bytes::Bytes;
 use eagerio_core::{DataSink, RowLayout, SinkOptions};
 use eagerio_object_store::{ObjectStoreEngine, ObjectStoreOptions, ObjectStoreWriter, WriterOptions};
-use futures::stream::BoxStream;
 use object_store::{
     aws::AmazonS3Builder,
     coalesce_ranges,
     memory::InMemory,
     path::Path,
     throttle::{ThrottleConfig, ThrottledStore},
-    GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions,
-    PutPayload, PutResult, RetryConfig, OBJECT_STORE_COALESCE_DEFAULT,
+    ObjectStore, PutPayload, RetryConfig, OBJECT_STORE_COALESCE_DEFAULT,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// Counts the GETs that reach the store.
-#[derive(Debug)]
-struct Counting {
-    inner: Arc<dyn ObjectStore>,
-    gets: AtomicU64,
-}
+#[path = "../tests/support/counting.rs"]
+mod counting;
 
-impl fmt::Display for Counting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.inner)
-    }
-}
-
-#[async_trait::async_trait]
-impl ObjectStore for Counting {
-    async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> object_store::Result<PutResult> {
-        self.inner.put_opts(l, p, o).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        l: &Path,
-        o: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(l, o).await
-    }
-    async fn get_opts(&self, l: &Path, o: GetOptions) -> object_store::Result<GetResult> {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get_opts(l, o).await
-    }
-    async fn get_range(&self, l: &Path, r: Range<u64>) -> object_store::Result<Bytes> {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get_range(l, r).await
-    }
-    /// The inner store's own `get_ranges`, counted as one call.
-    async fn get_ranges(&self, l: &Path, r: &[Range<u64>]) -> object_store::Result<Vec<Bytes>> {
-        self.gets.fetch_add(1, Ordering::Relaxed);
-        self.inner.get_ranges(l, r).await
-    }
-    async fn head(&self, l: &Path) -> object_store::Result<ObjectMeta> {
-        self.inner.head(l).await
-    }
-    async fn delete(&self, l: &Path) -> object_store::Result<()> {
-        self.inner.delete(l).await
-    }
-    fn list(&self, p: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(p)
-    }
-    async fn list_with_delimiter(&self, p: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(p).await
-    }
-    async fn copy(&self, f: &Path, t: &Path) -> object_store::Result<()> {
-        self.inner.copy(f, t).await
-    }
-    async fn copy_if_not_exists(&self, f: &Path, t: &Path) -> object_store::Result<()> {
-        self.inner.copy_if_not_exists(f, t).await
-    }
-}
+use counting::Counting;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -336,7 +277,7 @@ async fn main() {
             ..Default::default()
         };
         let throttled: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem.clone(), cfg));
-        let store = Arc::new(Counting { inner: throttled, gets: AtomicU64::new(0) });
+        let store = Arc::new(Counting::new(throttled, Duration::ZERO));
         let case = Case { store: &store, loc: &loc, table: &table, row, ids: &ids, runs };
         let label = format!(
             "ThrottledStore(InMemory): {latency:?} per GET, {ns} ns/byte; {n} rows of {row} B from a {} MiB table",
@@ -379,7 +320,7 @@ async fn main() {
     }
     sink.close().await.unwrap();
     eprintln!("moto: uploaded");
-    let store = Arc::new(Counting { inner: s3, gets: AtomicU64::new(0) });
+    let store = Arc::new(Counting::new(s3, Duration::ZERO));
     let case = Case { store: &store, loc: &loc, table: &table, row, ids: &ids, runs };
     let label = format!("moto_server (S3 on loopback): {n} rows of {row} B from a {} MiB table", table.len() >> 20);
     // No gap-0 run: moto reads the whole object for every range GET (58 ms each on a 64 MiB

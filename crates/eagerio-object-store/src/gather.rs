@@ -38,11 +38,15 @@ pub const TUNED_GAP_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(16 << 20
 /// Options of an [`ObjectStoreEngine`].
 #[derive(Debug, Clone)]
 pub struct ObjectStoreOptions {
-    /// GETs in flight per gather: the number of tokio tasks a gather spawns, each issuing one GET
-    /// at a time. Default 64, a load most stores take from one client. Where the store allows
-    /// more, more is faster: 256 took the benchmark's gather from 216 ms to 139 ms (see
+    /// GETs in flight for the engine as a whole, however many gathers run on it (and its
+    /// clones): the size of its [`RequestLimit`], unless [`limit`](Self::limit) shares one.
+    /// Default 64, a load most stores take from one client. Where the store allows more, more is
+    /// faster: 256 took the benchmark's gather from 216 ms to 139 ms (see
     /// `docs/bench/remote-gather.md`); 16 took it to 681 ms.
     pub concurrency: usize,
+    /// A request cap shared with other engines (other objects of the same store, say): GETs in
+    /// flight for all of them together. `None`: the engine's own cap of `concurrency`.
+    pub limit: Option<RequestLimit>,
     /// Largest hole fetched to join two wanted ranges (the read-amplification bound). Default
     /// [`DEFAULT_MAX_GAP`]. With [`tune_gap`](Self::tune_gap) it is the starting bound.
     pub max_gap: u64,
@@ -73,6 +77,7 @@ impl Default for ObjectStoreOptions {
     fn default() -> Self {
         ObjectStoreOptions {
             concurrency: 64,
+            limit: None,
             max_gap: DEFAULT_MAX_GAP,
             tune_gap: true,
             max_request: DEFAULT_MAX_REQUEST,
@@ -82,11 +87,43 @@ impl Default for ObjectStoreOptions {
     }
 }
 
+/// A cap on GETs in flight, shared by every gather of the engines that hold it. Cloning shares
+/// the cap. Requests queue for it in order (a fair semaphore), so a large gather does not starve
+/// a small one: each of its workers waits for a permit before each GET, like everyone else's.
+#[derive(Debug, Clone)]
+pub struct RequestLimit {
+    permits: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl RequestLimit {
+    /// At most `max` GETs in flight.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for 0, or more than `tokio::sync::Semaphore::MAX_PERMITS`.
+    pub fn new(max: usize) -> Result<RequestLimit> {
+        if max == 0 || max > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(Error::invalid_option("ObjectStoreOptions::concurrency", "at least one GET in flight"));
+        }
+        Ok(RequestLimit { permits: Arc::new(tokio::sync::Semaphore::new(max)), max })
+    }
+
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// GETs in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.max - self.permits.available_permits()
+    }
+}
+
 struct Inner {
     store: Arc<dyn ObjectStore>,
     location: Path,
     info: FileInfo,
-    concurrency: usize,
+    limit: RequestLimit,
     hook: Option<Hook>,
     rt: tokio::runtime::Handle,
     requests: AtomicU64,
@@ -153,9 +190,11 @@ impl CostFit {
 /// the object and the counters.
 ///
 /// Each gather spawns up to [`ObjectStoreOptions::concurrency`] tasks on the runtime the engine
-/// was opened on, before the gather call returns. A task issues one GET at a time, for the next
-/// unclaimed extent of the plan, until none is left or the gather's future was dropped. There is
-/// no staging: each GET's `Bytes` is copied into the gather's output and released.
+/// was opened on, before the gather call returns. A task waits for a permit of the engine's
+/// [`RequestLimit`], then issues one GET for the next unclaimed extent of the plan, and so on
+/// until none is left or the gather's future was dropped: however many gathers run, at most the
+/// limit's GETs are in flight. There is no staging: each GET's `Bytes` is copied into the
+/// gather's output and released.
 #[derive(Clone)]
 pub struct ObjectStoreEngine {
     inner: Arc<Inner>,
@@ -215,12 +254,10 @@ impl ObjectStoreEngine {
         opts: ObjectStoreOptions,
     ) -> Result<Source<ObjectStoreEngine>> {
         let rt = crate::runtime("opening an object")?;
-        if opts.concurrency == 0 {
-            return Err(Error::invalid_option(
-                "ObjectStoreOptions::concurrency",
-                "a gather needs at least one GET in flight",
-            ));
-        }
+        let limit = match opts.limit.clone() {
+            Some(limit) => limit,
+            None => RequestLimit::new(opts.concurrency)?,
+        };
         if opts.max_request == 0 || opts.max_request > 1 << 30 {
             return Err(Error::invalid_option(
                 "max_request",
@@ -233,7 +270,7 @@ impl ObjectStoreEngine {
                 store,
                 location,
                 info,
-                concurrency: opts.concurrency,
+                limit,
                 hook: opts.hook,
                 rt,
                 requests: AtomicU64::new(0),
@@ -294,6 +331,14 @@ impl ObjectStoreEngine {
     }
 }
 
+impl ObjectStoreEngine {
+    /// The cap on this engine's GETs in flight (shared with other engines if the options gave
+    /// one).
+    pub fn limit(&self) -> &RequestLimit {
+        &self.inner.limit
+    }
+}
+
 fn name(opts: &ObjectStoreOptions, store: &dyn ObjectStore, location: &Path) -> PathBuf {
     opts.name.clone().unwrap_or_else(|| PathBuf::from(format!("{store}/{location}")))
 }
@@ -308,7 +353,7 @@ impl ReadEngine for ObjectStoreEngine {
     }
 
     fn submit(&self, job: JobHandle) {
-        let tasks = self.inner.concurrency.min(job.plan().extents().len());
+        let tasks = self.inner.limit.max.min(job.plan().extents().len());
         for _ in 0..tasks {
             self.inner.workers.fetch_add(1, Ordering::AcqRel);
             let live = Live(self.inner.clone());
@@ -321,10 +366,13 @@ impl ReadEngine for ObjectStoreEngine {
     }
 }
 
-/// One task: a GET at a time, for the next unclaimed extent, until none is left.
+/// One task: a GET at a time, each under a permit of the limit, for the next unclaimed extent,
+/// until none is left. The permit comes first, so a queued task claims nothing it cannot fetch.
 async fn worker(live: Live, job: JobHandle) {
     let inner = &*live.0;
-    while let Some(i) = job.next_extent() {
+    loop {
+        let Ok(_permit) = inner.limit.permits.acquire().await else { return };
+        let Some(i) = job.next_extent() else { return };
         let e = job.plan().extents()[i];
         let range = e.offset..e.offset + u64::from(e.len);
         // A hook that panics unwinds this task: the job handle records the panic as it drops.

@@ -6,9 +6,16 @@
 //! [`Source::gather_ranges`](eagerio_core::Source::gather_ranges) and
 //! [`RowTable::gather`](eagerio_core::RowTable::gather) over an [`ObjectStoreEngine`] plan the
 //! request (sorted, deduplicated, holes joined up to the gap the GETs' measured cost calls for,
-//! see [`ObjectStoreOptions::tune_gap`], split at [`ObjectStoreOptions::max_request`]) and spawn up to [`ObjectStoreOptions::concurrency`] tokio
-//! tasks *before they return*. Each task issues one range GET at a time and takes the next extent
-//! as soon as its GET is back, so the window stays full. The rows come back in request order.
+//! see [`ObjectStoreOptions::tune_gap`], split at [`ObjectStoreOptions::max_request`]) and spawn
+//! up to [`ObjectStoreOptions::concurrency`] tokio tasks *before they return*. Each task issues
+//! one range GET at a time and takes the next extent as soon as its GET is back, so the window
+//! stays full. The rows come back in request order.
+//!
+//! # Depth
+//! `concurrency` is the GETs in flight for the engine as a whole, however many gathers run on it:
+//! every GET waits for a permit of the engine's [`RequestLimit`] (a fair semaphore, so gathers
+//! take turns). Pass one [`RequestLimit`] to several engines to cap the GETs to a store across
+//! all of its objects.
 //!
 //! [`ObjectSink::append`](eagerio_core::DataSink::append) cuts the byte stream into parts of
 //! [`WriterOptions::part_size`] and spawns each part's `put_part` the moment the part is full:
@@ -69,7 +76,9 @@ mod gather;
 mod sink;
 
 pub use error::http_status;
-pub use gather::{ObjectStoreEngine, ObjectStoreOptions, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, TUNED_GAP_RANGE};
+pub use gather::{
+    ObjectStoreEngine, ObjectStoreOptions, RequestLimit, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, TUNED_GAP_RANGE,
+};
 pub use sink::{ObjectSink, ObjectStoreWriter, WriterOptions, DEFAULT_PART_SIZE};
 
 use eagerio_core::{Error, Result};
