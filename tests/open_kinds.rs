@@ -5,7 +5,7 @@ use std::{ffi::CString, os::unix::ffi::OsStrExt, path::Path, sync::mpsc, time::D
 
 use eagerio::{
     tokio::{TokioEngine, TokioOptions, TokioWriter},
-    uring::{UringEngine, UringOptions, UringWriter, UringWriterOptions},
+    uring::{Driver, DriverOptions, UringEngine, UringOptions, UringWriter, UringWriterOptions},
     Error,
 };
 
@@ -75,8 +75,8 @@ fn open_bad_max_read_names_the_option() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.bin");
     std::fs::write(&path, vec![0u8; 8192]).unwrap();
-    let e = UringEngine::open_blocking(&path, UringOptions { max_read: 1000, ..Default::default() }).unwrap_err();
-    assert!(e.to_string().starts_with("invalid option `UringOptions::max_read`: 1000 "), "{e}");
+    let e = Driver::new(DriverOptions { max_read: 1000, ..Default::default() }).unwrap_err();
+    assert!(e.to_string().starts_with("invalid option `DriverOptions::max_read`: 1000 "), "{e}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let e = rt
         .block_on(TokioEngine::open(&path, TokioOptions { max_read: 1000, ..Default::default() }))

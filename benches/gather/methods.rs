@@ -184,19 +184,21 @@ pub fn eager_tokio(depth: usize) -> Eager<TokioEngine> {
 /// eagerio's io_uring backend: `lanes` rings of `depth` reads each (default options otherwise).
 #[cfg(feature = "uring")]
 pub fn eager_uring(lanes: usize, depth: usize) -> Eager<eagerio::uring::UringEngine> {
-    use eagerio::uring::{UringEngine, UringOptions};
-    let d = UringOptions::default();
-    let name = if (lanes, depth) == (d.lanes, d.depth) {
-        "eagerio uring".to_string()
-    } else {
-        format!("eagerio uring l{lanes} d{depth}")
-    };
+    use eagerio::uring::{Driver, DriverOptions, UringEngine, UringOptions};
+    let d = DriverOptions::default();
+    let shared = (lanes, depth) == (d.lanes, d.depth);
+    let name = if shared { "eagerio uring".to_string() } else { format!("eagerio uring l{lanes} d{depth}") };
     Eager::new(
         name,
         move |env, layout| {
             // Inside the runtime, so the tokio fallback (if io_uring is refused) can start.
             let _guard = env.rt.enter();
-            let opts = UringOptions { lanes, depth, ..UringOptions::default() };
+            // The process-wide driver at the defaults, else a driver of this shape for the table.
+            let driver = match shared {
+                true => None,
+                false => Some(Driver::new(DriverOptions { lanes, depth, ..DriverOptions::default() })?),
+            };
+            let opts = UringOptions { driver, ..UringOptions::default() };
             Ok(UringEngine::open_blocking(&env.path, opts)?.rows(layout)?)
         },
         |t| {

@@ -1,7 +1,9 @@
 //! The lane's state machine, independent of the kernel interface it drives.
 //!
-//! A lane owns a [`Ring`] (a submission/completion queue pair) and a [`Staging`] pool. Work
-//! arrives through an [`Inbox`]: gather jobs, writes and syncs. The loop is:
+//! A lane owns a [`Ring`] (a submission/completion queue pair) and a [`Staging`] pool, and
+//! serves every file opened on its driver. Work arrives through an [`Inbox`]: gather jobs, writes
+//! and syncs, each naming its [`LaneFile`], and the registrations of files in the ring's table.
+//! The loop is:
 //!
 //! 1. take new work from the inbox;
 //! 2. **fill the window**: while fewer than `depth` operations are in flight, claim the next
@@ -32,9 +34,10 @@
 use std::{
     collections::VecDeque,
     io,
+    os::fd::RawFd,
     panic::{catch_unwind, AssertUnwindSafe},
-    path::PathBuf,
-    sync::Arc,
+    path::{Path, PathBuf},
+    sync::{atomic, Arc},
 };
 
 use eagerio_core::{
@@ -43,6 +46,16 @@ use eagerio_core::{
     Error, JobHandle, Op, SlotLease, Staging, SyncOp, WriteEngine, WriteOp,
 };
 
+/// The file an operation targets: its index in the lane's registered file table, if it was
+/// given one, and its descriptor, used where the ring has no table entry for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileRef {
+    /// Index in every lane's registered file table of the driver.
+    pub id: Option<u32>,
+    /// The open descriptor.
+    pub fd: RawFd,
+}
+
 /// One operation for the kernel.
 #[derive(Debug, Clone, Copy)]
 pub enum Sqe {
@@ -50,6 +63,8 @@ pub enum Sqe {
     Read {
         /// Completion tag.
         tag: u64,
+        /// The file.
+        file: FileRef,
         /// The staging slot holding `ptr`.
         slot: usize,
         /// Destination.
@@ -63,6 +78,8 @@ pub enum Sqe {
     Write {
         /// Completion tag.
         tag: u64,
+        /// The file.
+        file: FileRef,
         /// Source (owned by the write op until its completion).
         ptr: *const u8,
         /// Bytes.
@@ -74,6 +91,8 @@ pub enum Sqe {
     Sync {
         /// Completion tag.
         tag: u64,
+        /// The file.
+        file: FileRef,
     },
 }
 
@@ -88,6 +107,15 @@ pub trait Ring {
     /// Calls `f(tag, result)` for every completion available now (`result` as the kernel's:
     /// bytes transferred, or a negated errno).
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32));
+    /// Puts `file` into the ring's registered file table at its index. Best effort: operations
+    /// on a file the table does not hold go by descriptor. The default keeps no table.
+    fn register_file(&mut self, file: FileRef) {
+        let _ = file;
+    }
+    /// Clears `file`'s entry from the table (no operation on it is queued or in flight).
+    fn forget_file(&mut self, file: FileRef) {
+        let _ = file;
+    }
 }
 
 /// Wakes a lane that waits in [`Ring::submit_and_wait`].
@@ -96,39 +124,140 @@ pub trait Notify: Send + Sync {
     fn notify(&self);
 }
 
+/// A file as the lanes see it, shared by every job and write on it.
+///
+/// The last handle's drop drops the owner given with [`with_owner`](Self::with_owner): the
+/// driver's registration, which closes the descriptor and has every lane clear the file's table
+/// entry. A lane holds a handle until its last operation on the file has completed, so an entry is
+/// never cleared, nor its index reused, under an operation.
+pub struct LaneFile {
+    file: FileRef,
+    align: u64,
+    path: PathBuf,
+    hook: Option<Hook>,
+    /// Staging slots held now by this file's reads, on every lane.
+    leased: AtomicUsize,
+    _owner: Option<Box<dyn Send + Sync>>,
+}
+
+impl LaneFile {
+    /// A file reached through `file`, whose reads are continued after a short read only at
+    /// multiples of `align`, named `path` in errors, with an optional fault `hook`.
+    pub fn new(file: FileRef, align: u64, path: PathBuf, hook: Option<Hook>) -> LaneFile {
+        LaneFile { file, align: align.max(1), path, hook, leased: AtomicUsize::new(0), _owner: None }
+    }
+
+    /// Keeps `owner` until the last handle is dropped.
+    pub fn with_owner(mut self, owner: Box<dyn Send + Sync>) -> LaneFile {
+        self._owner = Some(owner);
+        self
+    }
+
+    /// How the ring reaches the file.
+    pub fn file_ref(&self) -> FileRef {
+        self.file
+    }
+
+    /// The path, for errors.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Staging slots this file's reads hold now, on every lane (0 when nothing of it is in flight).
+    pub fn leased(&self) -> usize {
+        self.leased.load(Ordering::Acquire)
+    }
+}
+
+/// The indices of a driver's registered file tables (the same in every lane): each open file takes
+/// one, and it comes back once every lane has cleared it ([`Release`]).
+#[derive(Debug)]
+pub struct FileIds {
+    free: std::sync::Mutex<Vec<u32>>,
+}
+
+impl FileIds {
+    /// `slots` indices, `0..slots`.
+    pub fn new(slots: u32) -> FileIds {
+        FileIds { free: std::sync::Mutex::new((0..slots).rev().collect()) }
+    }
+
+    /// A free index, or `None` when the table is full (the file then goes by descriptor).
+    pub fn take(&self) -> Option<u32> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give(&self, id: u32) {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+}
+
+/// A closed file's table entry, cleared by every lane: the last lane to clear it gives the index
+/// back.
+pub struct Release {
+    file: FileRef,
+    left: atomic::AtomicUsize,
+    ids: Arc<FileIds>,
+}
+
+impl Release {
+    /// The release of `file`'s entry on `lanes` lanes.
+    pub fn new(file: FileRef, lanes: usize, ids: Arc<FileIds>) -> Release {
+        Release { file, left: atomic::AtomicUsize::new(lanes), ids }
+    }
+
+    fn done(&self) {
+        if self.left.fetch_sub(1, atomic::Ordering::AcqRel) == 1 {
+            if let Some(id) = self.file.id {
+                self.ids.give(id);
+            }
+        }
+    }
+}
+
 /// Work for a lane.
 pub enum Work<W: WriteEngine> {
-    /// A gather job: the lane holds one party of it.
-    Gather(JobHandle),
+    /// A gather job on a file: the lane holds one party of it.
+    Gather(JobHandle, Arc<LaneFile>),
     /// A write to start.
-    Write(WriteOp<W>),
+    Write(WriteOp<W>, Arc<LaneFile>),
     /// A sync to start.
-    Sync(SyncOp<W>),
+    Sync(SyncOp<W>, Arc<LaneFile>),
+    /// Put a newly opened file in the ring's file table (queued before any work on it).
+    Register(Arc<LaneFile>),
+    /// Clear a closed file's table entry.
+    Release(Arc<Release>),
+}
+
+/// Where the inbox stands.
+enum Phase {
+    /// Taking work.
+    Open,
+    /// Told to stop: the lane finishes what it holds and exits.
+    Closing,
+    /// The lane stopped for good: new work fails at once with this reason.
+    Stopped(String),
 }
 
 struct InboxState<W: WriteEngine> {
     work: VecDeque<Work<W>>,
-    closed: bool,
-    /// Set when the lane stopped for good: new work fails at once with this reason.
-    dead: Option<String>,
+    phase: Phase,
 }
 
 /// The queue between the lane's users and its thread.
 pub struct Inbox<W: WriteEngine> {
     state: Mutex<InboxState<W>>,
     notify: Box<dyn Notify>,
-    path: PathBuf,
     /// Extents of gathers queued or active on this lane (for choosing a lane).
     load: AtomicUsize,
 }
 
 impl<W: WriteEngine> Inbox<W> {
     /// An empty inbox waking the lane through `notify`.
-    pub fn new(notify: Box<dyn Notify>, path: PathBuf) -> Inbox<W> {
+    pub fn new(notify: Box<dyn Notify>) -> Inbox<W> {
         Inbox {
-            state: Mutex::new(InboxState { work: VecDeque::new(), closed: false, dead: None }),
+            state: Mutex::new(InboxState { work: VecDeque::new(), phase: Phase::Open }),
             notify,
-            path,
             load: AtomicUsize::new(0),
         }
     }
@@ -136,12 +265,12 @@ impl<W: WriteEngine> Inbox<W> {
     /// Hands `work` to the lane and wakes it.
     pub fn push(&self, work: Work<W>) {
         let mut st = lock(&self.state);
-        if let Some(why) = &st.dead {
+        if let Phase::Stopped(why) = &st.phase {
             let why = why.clone();
             drop(st);
-            return stopped(&self.path, &why, work);
+            return stopped(&why, work);
         }
-        if let Work::Gather(job) = &work {
+        if let Work::Gather(job, _) = &work {
             self.load.fetch_add(job.plan().extents().len(), Ordering::Relaxed);
         }
         st.work.push_back(work);
@@ -153,17 +282,21 @@ impl<W: WriteEngine> Inbox<W> {
     pub fn refuse(&self, why: String) {
         let queued: Vec<_> = {
             let mut st = lock(&self.state);
-            st.dead = Some(why.clone());
+            st.phase = Phase::Stopped(why.clone());
             st.work.drain(..).collect()
         };
         for w in queued {
-            stopped(&self.path, &why, w);
+            stopped(&why, w);
         }
     }
 
     /// Tells the lane to stop once everything queued and in flight has completed.
     pub fn close(&self) {
-        lock(&self.state).closed = true;
+        let mut st = lock(&self.state);
+        if let Phase::Open = st.phase {
+            st.phase = Phase::Closing;
+        }
+        drop(st);
         self.notify.notify();
     }
 
@@ -175,29 +308,46 @@ impl<W: WriteEngine> Inbox<W> {
 
 struct ActiveJob {
     handle: JobHandle,
+    file: Arc<LaneFile>,
     /// No extent left to claim (all claimed, or the job was cancelled or failed).
     exhausted: bool,
     in_flight: usize,
     extents: usize,
 }
 
-enum InFlight<W: WriteEngine> {
-    Read { lease: SlotLease, job: usize, extent: usize, offset: u64, len: u32, done: u32, retries: u8 },
-    Write { op: WriteOp<W>, done: usize, retries: u8 },
-    Sync { op: SyncOp<W> },
+/// A read the kernel owns: its slot's lease lives here until the completion is reaped.
+struct ReadOp {
+    lease: SlotLease,
+    job: usize,
+    extent: usize,
+    offset: u64,
+    len: u32,
+    /// Bytes read so far (a short read is continued).
+    done: u32,
+    retries: u8,
 }
 
-/// What a lane needs to know about its file.
+/// A write the kernel owns: the bytes live in `op` until the completion is reaped.
+struct WriteInFlight<W: WriteEngine> {
+    op: WriteOp<W>,
+    file: Arc<LaneFile>,
+    done: usize,
+    retries: u8,
+}
+
+enum InFlight<W: WriteEngine> {
+    Read(ReadOp),
+    Write(WriteInFlight<W>),
+    Sync(SyncOp<W>, Arc<LaneFile>),
+}
+
+/// How a lane runs.
 #[derive(Debug, Clone)]
 pub struct LaneConfig {
     /// Operations in flight at most.
     pub depth: usize,
-    /// Read alignment (a short read is continued only at an aligned offset).
-    pub align: u64,
-    /// For error messages.
-    pub path: PathBuf,
-    /// Fault hook, evaluated on each completion.
-    pub hook: Option<Hook>,
+    /// The lane's name, for logs.
+    pub name: String,
 }
 
 const RETRIES: u8 = 8;
@@ -213,6 +363,9 @@ pub struct LaneCore<R: Ring, W: WriteEngine> {
     staging: Staging,
     inbox: Arc<Inbox<W>>,
     cfg: LaneConfig,
+    /// Work taken from the inbox, swapped with its queue so the inbox's lock is held for a swap
+    /// only (handling work can drop the last handle of a file, which pushes to the inbox).
+    incoming: VecDeque<Work<W>>,
     jobs: Vec<Option<ActiveJob>>,
     next_job: usize,
     writes: VecDeque<Work<W>>,
@@ -232,6 +385,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             staging,
             inbox,
             cfg,
+            incoming: VecDeque::new(),
             jobs: Vec::new(),
             next_job: 0,
             writes: VecDeque::new(),
@@ -281,19 +435,27 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     }
 
     fn take_inbox(&mut self) {
-        let mut st = lock(&self.inbox.state);
-        self.closed = st.closed;
-        for w in st.work.drain(..) {
+        {
+            let mut st = lock(&self.inbox.state);
+            self.closed = !matches!(st.phase, Phase::Open);
+            std::mem::swap(&mut st.work, &mut self.incoming);
+        }
+        while let Some(w) = self.incoming.pop_front() {
             match w {
-                Work::Gather(handle) => {
+                Work::Gather(handle, file) => {
                     let extents = handle.plan().extents().len();
-                    let job = ActiveJob { handle, exhausted: false, in_flight: 0, extents };
+                    let job = ActiveJob { handle, file, exhausted: false, in_flight: 0, extents };
                     match self.jobs.iter().position(Option::is_none) {
                         Some(i) => self.jobs[i] = Some(job),
                         None => self.jobs.push(Some(job)),
                     }
                 }
-                other => self.writes.push_back(other),
+                Work::Register(file) => self.ring.register_file(file.file),
+                Work::Release(release) => {
+                    self.ring.forget_file(release.file);
+                    release.done();
+                }
+                write => self.writes.push_back(write),
             }
         }
     }
@@ -324,20 +486,23 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         while self.in_flight < self.cfg.depth {
             let Some(w) = self.writes.pop_front() else { break };
             match w {
-                Work::Write(op) => {
+                Work::Write(op, file) => {
                     if op.data().is_empty() {
                         op.complete(Ok(()));
                         continue;
                     }
-                    let first = write_sqe(&op, 0);
-                    let tag = self.tag(InFlight::Write { op, done: 0, retries: 0 });
+                    let first = write_sqe(&op, file.file, 0);
+                    let tag = self.tag(InFlight::Write(WriteInFlight { op, file, done: 0, retries: 0 }));
                     self.push(with_tag(first, tag))?;
                 }
-                Work::Sync(op) => {
-                    let tag = self.tag(InFlight::Sync { op });
-                    self.push(Sqe::Sync { tag })?;
+                Work::Sync(op, file) => {
+                    let target = file.file;
+                    let tag = self.tag(InFlight::Sync(op, file));
+                    self.push(Sqe::Sync { tag, file: target })?;
                 }
-                Work::Gather(_) => unreachable!("gathers are kept in `jobs`"),
+                Work::Gather(..) | Work::Register(_) | Work::Release(_) => {
+                    unreachable!("only writes and syncs are queued in `writes`")
+                }
             }
         }
         // Round robin over the job slots (indices stay put while the loop runs; `retire` leaves
@@ -361,12 +526,15 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             };
             stalled = 0;
             job.in_flight += 1;
+            job.file.leased.fetch_add(1, Ordering::AcqRel);
+            let file = job.file.file;
             let e = job.handle.plan().extents()[extent];
             let ptr = lease.as_mut_ptr();
             let slot = lease.index();
             let len = e.len;
-            let tag = self.tag(InFlight::Read { lease, job: j, extent, offset: e.offset, len, done: 0, retries: 0 });
-            self.push(Sqe::Read { tag, slot, ptr, len, offset: e.offset })?;
+            let tag =
+                self.tag(InFlight::Read(ReadOp { lease, job: j, extent, offset: e.offset, len, done: 0, retries: 0 }));
+            self.push(Sqe::Read { tag, file, slot, ptr, len, offset: e.offset })?;
         }
         if self.jobs.iter().all(Option::is_none) {
             self.jobs.clear();
@@ -402,7 +570,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     fn handle_reaped(&mut self) {
         while let Some((tag, res)) = self.reaped.pop_front() {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.complete(tag as usize, res))) {
-                tracing::error!(path = %self.cfg.path.display(), panic = %eagerio_core::error::panic_message(&*payload),
+                tracing::error!(lane = %self.cfg.name, panic = %eagerio_core::error::panic_message(&*payload),
                     "a panic while handling an io_uring completion was caught; the lane goes on");
             }
         }
@@ -413,86 +581,88 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         self.in_flight -= 1;
         self.free_tags.push(tag);
         match op {
-            InFlight::Read { mut lease, job, extent, offset, len, mut done, mut retries } => {
-                if res > 0 {
-                    done += res as u32;
-                    let at = offset + u64::from(done);
-                    if done < len && at % self.cfg.align == 0 {
-                        // A short read that is not at the end of the file: continue it.
-                        let ptr = lease.as_mut_ptr().wrapping_add(done as usize);
-                        let slot = lease.index();
-                        let rest = len - done;
-                        let tag = self.tag(InFlight::Read { lease, job, extent, offset, len, done, retries });
-                        return self.push_or_fail(Sqe::Read { tag, slot, ptr, len: rest, offset: at }, tag);
-                    }
-                } else if (res == -libc::EAGAIN || res == -libc::EINTR) && retries < RETRIES {
-                    retries += 1;
-                    let at = offset + u64::from(done);
-                    let ptr = lease.as_mut_ptr().wrapping_add(done as usize);
-                    let slot = lease.index();
-                    let tag = self.tag(InFlight::Read { lease, job, extent, offset, len, done, retries });
-                    return self.push_or_fail(Sqe::Read { tag, slot, ptr, len: len - done, offset: at }, tag);
-                }
-                let mut result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(done as usize) };
-                let point = IoPoint { kind: IoKind::Read, offset, len: len as usize };
-                let hook = self.cfg.hook.as_ref();
-                let active = self.jobs[job].as_mut().expect("a read's job is active");
-                // The lease is `Completing`: the kernel is done with the slot. It is dropped (and
-                // the slot freed) only after the copy-out below, whether it returns or panics.
-                let copied = catch_unwind(AssertUnwindSafe(|| {
-                    if let Some(h) = hook {
-                        result = apply(h.check(point), result);
-                        h.check(IoPoint { kind: IoKind::CopyOut, ..point });
-                    }
-                    lease.with(|buf| active.handle.complete(extent, buf, result));
-                }));
-                if let Err(payload) = copied {
-                    active.handle.fail_panicked(extent, &*payload);
-                }
-                drop(lease);
-                active.in_flight -= 1;
-                if !active.handle.is_live() {
-                    active.exhausted = true;
-                }
-                self.retire(job);
-            }
-            InFlight::Write { op, mut done, mut retries } => {
-                let len = op.data().len();
-                if res > 0 && done + (res as usize) < len {
-                    done += res as usize;
-                    return self.continue_write(op, done, retries);
-                }
-                if (res == -libc::EAGAIN || res == -libc::EINTR) && retries < RETRIES {
-                    retries += 1;
-                    return self.continue_write(op, done, retries);
-                }
-                let short =
-                    |n: usize| io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {len} bytes"));
-                let result = match res {
-                    r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
-                    0 => Err(short(done)),
-                    _ => Ok(()),
-                };
-                let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len };
-                let result = match fault::failure(self.cfg.hook.as_ref(), point) {
-                    Err(e) => Err(e),
-                    Ok(cap) if cap < len => Err(short(cap)),
-                    Ok(_) => result,
-                };
-                op.complete(result);
-            }
-            InFlight::Sync { op } => {
+            InFlight::Read(read) => self.complete_read(read, res),
+            InFlight::Write(write) => self.complete_write(write, res),
+            InFlight::Sync(op, file) => {
                 let result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(()) };
                 let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
-                op.complete(fault::failure(self.cfg.hook.as_ref(), point).and(result));
+                op.complete(fault::failure(file.hook.as_ref(), point).and(result));
             }
         }
     }
 
-    fn continue_write(&mut self, op: WriteOp<W>, done: usize, retries: u8) {
-        let sqe = write_sqe(&op, done);
-        let tag = self.tag(InFlight::Write { op, done, retries });
-        self.push_or_fail(with_tag(sqe, tag), tag);
+    /// A read's completion: continue a short read or retry `EAGAIN`, else hand the bytes (or
+    /// the error) to the job, then free the slot.
+    fn complete_read(&mut self, mut read: ReadOp, res: i32) {
+        let retry = (res == -libc::EAGAIN || res == -libc::EINTR) && read.retries < RETRIES;
+        if res > 0 {
+            read.done += res as u32;
+        } else if retry {
+            read.retries += 1;
+        }
+        let at = read.offset + u64::from(read.done);
+        let active = self.jobs[read.job].as_mut().expect("a read's job is active");
+        let short = res > 0 && read.done < read.len && at % active.file.align == 0;
+        if short || retry {
+            // Not at the end of the file: continue where the kernel stopped.
+            let file = active.file.file;
+            let ptr = read.lease.as_mut_ptr().wrapping_add(read.done as usize);
+            let (slot, len) = (read.lease.index(), read.len - read.done);
+            let tag = self.tag(InFlight::Read(read));
+            return self.push_or_fail(Sqe::Read { tag, file, slot, ptr, len, offset: at }, tag);
+        }
+        let ReadOp { lease, job, extent, offset, len, done, .. } = read;
+        let mut result = if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(done as usize) };
+        let point = IoPoint { kind: IoKind::Read, offset, len: len as usize };
+        // The lease is `Completing`: the kernel is done with the slot. It is dropped (and the
+        // slot freed) only after the copy-out below, whether it returns or panics.
+        let copied = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(h) = &active.file.hook {
+                result = apply(h.check(point), result);
+                h.check(IoPoint { kind: IoKind::CopyOut, ..point });
+            }
+            lease.with(|buf| active.handle.complete(extent, buf, result));
+        }));
+        if let Err(payload) = copied {
+            active.handle.fail_panicked(extent, &*payload);
+        }
+        drop(lease);
+        active.file.leased.fetch_sub(1, Ordering::AcqRel);
+        active.in_flight -= 1;
+        if !active.handle.is_live() {
+            active.exhausted = true;
+        }
+        self.retire(job);
+    }
+
+    /// A write's completion: continue a short write or retry `EAGAIN`, else complete the op.
+    fn complete_write(&mut self, mut write: WriteInFlight<W>, res: i32) {
+        let len = write.op.data().len();
+        let retry = (res == -libc::EAGAIN || res == -libc::EINTR) && write.retries < RETRIES;
+        if (res > 0 && write.done + (res as usize) < len) || retry {
+            if res > 0 {
+                write.done += res as usize;
+            } else {
+                write.retries += 1;
+            }
+            let sqe = write_sqe(&write.op, write.file.file, write.done);
+            let tag = self.tag(InFlight::Write(write));
+            return self.push_or_fail(with_tag(sqe, tag), tag);
+        }
+        let WriteInFlight { op, file, done, .. } = write;
+        let short = |n: usize| io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {len} bytes"));
+        let result = match res {
+            r if r < 0 => Err(io::Error::from_raw_os_error(-r)),
+            0 => Err(short(done)),
+            _ => Ok(()),
+        };
+        let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len };
+        let result = match fault::failure(file.hook.as_ref(), point) {
+            Err(e) => Err(e),
+            Ok(cap) if cap < len => Err(short(cap)),
+            Ok(_) => result,
+        };
+        op.complete(result);
     }
 
     /// Queues a continuation; if the ring can no longer take it, completes it as failed.
@@ -511,7 +681,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 if e.raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
-                tracing::error!(path = %self.cfg.path.display(), error = %e, in_flight = self.in_flight,
+                tracing::error!(lane = %self.cfg.name, error = %e, in_flight = self.in_flight,
                     "io_uring lane cannot wait for its in-flight reads; leaking their buffers");
                 for op in self.inflight.drain(..).flatten() {
                     std::mem::forget(op);
@@ -530,23 +700,25 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     pub fn abandon(&mut self, why: &str) {
         self.drain();
         for job in self.jobs.drain(..).flatten() {
-            stopped::<W>(&self.cfg.path, why, Work::Gather(job.handle));
+            stopped::<W>(why, Work::Gather(job.handle, job.file));
         }
         for w in self.writes.drain(..) {
-            stopped(&self.cfg.path, why, w);
+            stopped(why, w);
         }
     }
 }
 
 /// Fails work handed to a lane that has stopped.
-fn stopped<W: WriteEngine>(path: &std::path::Path, why: &str, work: Work<W>) {
+fn stopped<W: WriteEngine>(why: &str, work: Work<W>) {
     let source = io::Error::other(why.to_string());
     match work {
-        Work::Gather(job) => {
-            job.fail(Error::Io { op: Op::Read, path: path.to_path_buf(), offset: None, target: None, source })
+        Work::Gather(job, file) => {
+            job.fail(Error::Io { op: Op::Read, path: file.path.clone(), offset: None, target: None, source })
         }
-        Work::Write(op) => op.complete(Err(source)),
-        Work::Sync(op) => op.complete(Err(source)),
+        Work::Write(op, _) => op.complete(Err(source)),
+        Work::Sync(op, _) => op.complete(Err(source)),
+        Work::Register(_) => {}
+        Work::Release(release) => release.done(),
     }
 }
 
@@ -560,17 +732,18 @@ impl<R: Ring, W: WriteEngine> Drop for LaneCore<R, W> {
 
 fn with_tag(sqe: Sqe, tag: u64) -> Sqe {
     match sqe {
-        Sqe::Read { slot, ptr, len, offset, .. } => Sqe::Read { tag, slot, ptr, len, offset },
-        Sqe::Write { ptr, len, offset, .. } => Sqe::Write { tag, ptr, len, offset },
-        Sqe::Sync { .. } => Sqe::Sync { tag },
+        Sqe::Read { file, slot, ptr, len, offset, .. } => Sqe::Read { tag, file, slot, ptr, len, offset },
+        Sqe::Write { file, ptr, len, offset, .. } => Sqe::Write { tag, file, ptr, len, offset },
+        Sqe::Sync { file, .. } => Sqe::Sync { tag, file },
     }
 }
 
 /// The `WRITE` of `op`'s bytes from `done` on: at most [`MAX_WRITE`] of them (tag 0, for
 /// [`with_tag`]).
-fn write_sqe<W: WriteEngine>(op: &WriteOp<W>, done: usize) -> Sqe {
+fn write_sqe<W: WriteEngine>(op: &WriteOp<W>, file: FileRef, done: usize) -> Sqe {
     let rest = &op.data()[done..];
-    Sqe::Write { tag: 0, ptr: rest.as_ptr(), len: rest.len().min(MAX_WRITE) as u32, offset: op.offset() + done as u64 }
+    let len = rest.len().min(MAX_WRITE) as u32;
+    Sqe::Write { tag: 0, file, ptr: rest.as_ptr(), len, offset: op.offset() + done as u64 }
 }
 
 /// Applies a hook's verdict to a completed read.

@@ -1,8 +1,12 @@
 //! # eagerio-uring: io_uring lanes
 //!
-//! A **lane** is a thread that owns one io_uring ring, its registered staging (one fixed buffer
-//! covering the lane's [`Staging`](eagerio_core::Staging) pool, read with `READ_FIXED`) and a
-//! registered file table. A [`UringEngine`] serves one file with one or more lanes.
+//! A **lane** is a thread that owns one io_uring ring, its share of the driver's staging (one
+//! fixed buffer covering the lane's [`Staging`](eagerio_core::Staging) pool, read with
+//! `READ_FIXED`) and a sparse registered file table. A [`Driver`] is a set of lanes shared by
+//! every table ([`UringEngine`]) and sink ([`UringWriter`]) opened on it: opening a file adds it
+//! to each lane's file table, not a thread. [`Driver::shared`], the process-wide driver (one lane),
+//! starts with the first open that names no driver and stops when the last table, sink or handle
+//! on it is dropped.
 //!
 //! # When the I/O starts
 //! `gather()` plans the request and hands the job to a lane's inbox, then writes the lane's
@@ -11,23 +15,33 @@
 //! reaped completion is followed by the next read of the plan, up to `depth` in flight. A sink's
 //! `write_at`/`append` queue the write the same way ([`UringWriter`]).
 //!
-//! # Depth and lanes
-//! Each lane's ring has the full `depth` (default 128); more lanes add depth, never divide it. A
-//! gather runs on the least loaded lane unless it has at least `split_threshold` reads, in which
-//! case every lane pulls reads from it.
+//! # Depth, lanes and fairness
+//! `depth` is the operations in flight on one lane, whatever number of files and gathers share
+//! it (default 128); more lanes add depth. A lane serves the gathers it holds round robin, one
+//! read each in turn, so a gather of a million rows and one of a hundred progress side by side.
+//! A gather runs on the least loaded lane unless it has at least `split_threshold` reads, in
+//! which case every lane pulls reads from it.
+//!
+//! # Staging and `RLIMIT_MEMLOCK`
+//! Staging is one budget per driver, split evenly between its lanes. By default it is
+//! `lanes * depth * max_read` (8 MiB for one lane), lowered to three quarters of the soft
+//! `RLIMIT_MEMLOCK` for a process that is not root ([`default_staging`]): registered buffers
+//! count against that limit, and at the common 8 MiB a full 8 MiB registration is refused. Fewer
+//! slots than the depth then bound the reads in flight (96 at 8 MiB), and the driver logs it.
 //!
 //! # Drain before reuse
 //! Every read's staging slot stays leased in the lane's in-flight table until its completion is
 //! reaped, whatever happens: a completion error, a short read, a panic while copying rows out, a
-//! dropped future. When a lane stops, it waits for every operation the kernel owns before its
-//! staging or ring is freed; it never relies on closing the ring.
+//! dropped future. A file's table entry is cleared, and its index reused, only after the last
+//! operation on the file completed. When a lane stops, it waits for every operation the kernel
+//! owns before its staging or ring is freed; it never relies on closing the ring.
 //!
 //! # Fallbacks
-//! If `register_buffers` is refused (`ENOMEM` under `RLIMIT_MEMLOCK`), the lane reads with plain
+//! If `register_buffers` is refused (`ENOMEM` under `RLIMIT_MEMLOCK`), the lanes read with plain
 //! `READ` into the same staging ([`Mode::Unregistered`]). If the ring cannot be set up at all
-//! (`EPERM`, `ENOSYS`, seccomp) or lacks an opcode, gathers run on the tokio backend
-//! ([`Mode::Tokio`]). Each fallback is logged with `tracing` and reported by
-//! [`UringEngine::fallback_reason`].
+//! (`EPERM`, `ENOSYS`, seccomp) or lacks an opcode, tables opened on the shared driver run on
+//! the tokio backend ([`Mode::Tokio`]) and [`UringWriter::create`] says to use the tokio sink.
+//! Each fallback is logged with `tracing` and reported by [`UringEngine::fallback_reason`].
 
 //! # How lanes are driven, and why
 //! Each lane is a thread that waits in `io_uring_enter(GETEVENTS)` with a read of an eventfd
@@ -56,20 +70,25 @@
 //!   faster in some runs, but it runs completion work only inside `io_uring_enter`, which delays
 //!   completions when a lane is busy copying rows out, so it is not the default.
 //! - **Depth.** 128 per lane; 32 loses a third of the throughput on this disk, 512 gains little.
+//! - **One lane by default.** The shared driver has one lane: on a machine of a few cores a
+//!   second lane thread competes with the application's own; a driver built with
+//!   [`DriverOptions::lanes`] adds lanes where cores and the device allow.
 //! - **Split threshold.** A gather is spread over every lane from 4,096 reads up. Below about
 //!   1,000 reads, splitting costs more (two wake-ups, two partial windows) than it gains; from a
 //!   few thousand up, two lanes were 1.2-1.6x one lane.
 //!
 //! # Hooks
-//! A fault hook runs on the lane thread when a completion is reaped (so "the Nth completion is
-//! EIO" is exact). A hook that sleeps stalls the whole lane: it is a test seam, not a latency
-//! simulator.
+//! A fault hook belongs to one file and runs on the lane thread when a completion of that file
+//! is reaped (so "the Nth completion is EIO" is exact). A hook that sleeps stalls the whole lane,
+//! every file on it included: it is a test seam, not a latency simulator.
 
-mod engine;
+mod driver;
+mod gather;
 pub mod lane;
 mod ring;
 mod sink;
 
-pub use engine::{Fallback, UringEngine, UringOptions};
+pub use driver::{default_staging, Driver, DriverOptions};
+pub use gather::{Fallback, UringEngine, UringOptions};
 pub use ring::{memlock_limit, Mode, SetupFlags};
 pub use sink::{UringWriter, UringWriterOptions};

@@ -1,16 +1,16 @@
 //! The lane's ring over the `io-uring` crate: setup with the chosen flags, opcode probe, buffer
-//! and file registration, and the eventfd the lane sleeps on between gathers.
+//! registration, the sparse registered file table, and the eventfd the lane sleeps on between
+//! gathers.
 
 use std::{
-    fs::File,
     io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     sync::Arc,
 };
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use crate::lane::{Notify, Ring, Sqe};
+use crate::lane::{FileRef, Notify, Ring, Sqe};
 
 /// Ring setup flags. Each is tried and dropped (with a log line) if the kernel refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,11 +53,10 @@ const WAKE: u64 = u64::MAX;
 /// A lane's ring.
 pub struct UringRing {
     ring: IoUring<squeue::Entry, cqueue::Entry>,
-    fixed_file: bool,
-    fd: RawFd,
+    /// Which indices of the sparse file table hold a file now (empty if the kernel refused the
+    /// table: every operation then goes by descriptor).
+    fixed: Vec<bool>,
     registered_buffers: bool,
-    // Keeps the file open for the unregistered case; the registered table holds its own ref.
-    _file: Arc<File>,
     eventfd: Arc<OwnedFd>,
     wake_buf: Box<u64>,
     wake_armed: bool,
@@ -85,15 +84,15 @@ pub struct Refused {
 
 impl UringRing {
     /// Builds a ring of at least `depth + 1` entries on the calling thread (which must be the
-    /// lane's thread when `single_issuer` is set), probes the opcodes, registers `file` and, if
-    /// `register` and `staging` are given, the staging region.
+    /// lane's thread when `single_issuer` is set), probes the opcodes, registers a sparse file
+    /// table of `files` entries and, if `register` and `staging` are given, the staging region.
     ///
     /// # Errors
     /// [`Refused`] if the ring cannot be set up or lacks an opcode the lane needs.
     pub fn new(
         depth: usize,
         flags: SetupFlags,
-        file: Arc<File>,
+        files: u32,
         staging: Option<(*mut u8, usize)>,
         register: bool,
     ) -> Result<(UringRing, RingSetup), Refused> {
@@ -108,12 +107,11 @@ impl UringRing {
                 return Err(Refused { what: name, source: io::Error::from_raw_os_error(libc::EOPNOTSUPP) });
             }
         }
-        let fd = file.as_raw_fd();
-        let fixed_file = match ring.submitter().register_files(&[fd]) {
-            Ok(()) => true,
+        let fixed = match ring.submitter().register_files_sparse(files) {
+            Ok(()) => vec![false; files as usize],
             Err(e) => {
-                tracing::info!(error = %e, "io_uring: file registration refused; using the plain descriptor");
-                false
+                tracing::info!(error = %e, files, "io_uring: the file table was refused; using descriptors");
+                Vec::new()
             }
         };
         let mut reason = None;
@@ -133,7 +131,7 @@ impl UringRing {
                     Err(e) => {
                         let r = format!(
                             "register_buffers of {len} bytes refused ({e}); RLIMIT_MEMLOCK is {} bytes: raise it \
-                             (ulimit -l, LimitMEMLOCK=) or lower staging_bytes",
+                             (ulimit -l, LimitMEMLOCK=) or lower DriverOptions::staging_bytes",
                             memlock_limit()
                         );
                         tracing::warn!(reason = %r, "io_uring: falling back to unregistered buffers");
@@ -150,16 +148,7 @@ impl UringRing {
         // SAFETY: `efd` is a fresh descriptor nobody else owns.
         let eventfd = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
         let mode = if registered_buffers { Mode::Registered } else { Mode::Unregistered };
-        let ring = UringRing {
-            ring,
-            fixed_file,
-            fd,
-            registered_buffers,
-            _file: file,
-            eventfd,
-            wake_buf: Box::new(0),
-            wake_armed: false,
-        };
+        let ring = UringRing { ring, fixed, registered_buffers, eventfd, wake_buf: Box::new(0), wake_armed: false };
         Ok((ring, RingSetup { mode, reason, flags }))
     }
 
@@ -221,34 +210,72 @@ pub fn memlock_limit() -> u64 {
     }
 }
 
+/// Builds an entry on `file`: by its index in the registered table where the ring holds it,
+/// else by descriptor (`types::Fixed` and `types::Fd` are distinct types, hence a macro).
+macro_rules! on_file {
+    ($ring:expr, $file:expr, |$target:ident| $build:expr) => {
+        match $ring.table_index($file) {
+            Some(id) => {
+                let $target = types::Fixed(id);
+                $build
+            }
+            None => {
+                let $target = types::Fd($file.fd);
+                $build
+            }
+        }
+    };
+}
+
+impl UringRing {
+    fn table_index(&self, file: FileRef) -> Option<u32> {
+        file.id.filter(|&id| self.fixed.get(id as usize).copied().unwrap_or(false))
+    }
+
+    fn update_table(&mut self, id: u32, fd: i32) -> io::Result<()> {
+        self.ring.submitter().register_files_update(id, &[fd]).map(|_| ())
+    }
+}
+
 impl Ring for UringRing {
     fn push(&mut self, sqe: Sqe) -> bool {
         let e = match sqe {
-            Sqe::Read { tag, ptr, len, offset, .. } => match (self.registered_buffers, self.fixed_file) {
-                (true, true) => opcode::ReadFixed::new(types::Fixed(0), ptr, len, 0).offset(offset).build(),
-                (true, false) => opcode::ReadFixed::new(types::Fd(self.fd), ptr, len, 0).offset(offset).build(),
-                (false, true) => opcode::Read::new(types::Fixed(0), ptr, len).offset(offset).build(),
-                (false, false) => opcode::Read::new(types::Fd(self.fd), ptr, len).offset(offset).build(),
-            }
-            .user_data(tag),
-            Sqe::Write { tag, ptr, len, offset } => if self.fixed_file {
-                opcode::Write::new(types::Fixed(0), ptr, len).offset(offset).build()
+            Sqe::Read { tag, file, ptr, len, offset, .. } => if self.registered_buffers {
+                on_file!(self, file, |t| opcode::ReadFixed::new(t, ptr, len, 0).offset(offset).build())
             } else {
-                opcode::Write::new(types::Fd(self.fd), ptr, len).offset(offset).build()
+                on_file!(self, file, |t| opcode::Read::new(t, ptr, len).offset(offset).build())
             }
             .user_data(tag),
-            Sqe::Sync { tag } => if self.fixed_file {
-                opcode::Fsync::new(types::Fixed(0)).flags(types::FsyncFlags::DATASYNC).build()
-            } else {
-                opcode::Fsync::new(types::Fd(self.fd)).flags(types::FsyncFlags::DATASYNC).build()
+            Sqe::Write { tag, file, ptr, len, offset } => {
+                on_file!(self, file, |t| opcode::Write::new(t, ptr, len).offset(offset).build()).user_data(tag)
             }
-            .user_data(tag),
+            Sqe::Sync { tag, file } => {
+                on_file!(self, file, |t| opcode::Fsync::new(t).flags(types::FsyncFlags::DATASYNC).build())
+                    .user_data(tag)
+            }
         };
         // SAFETY: the buffers an entry names stay valid until its completion is reaped: reads
         // target a staging slot whose lease the lane keeps in its in-flight table, writes the
         // data of a `WriteOp` kept there too (see `lane`). A registered read's range lies in the
-        // registered region (buffer index 0): staging slots are inside it.
+        // registered region (buffer index 0): staging slots are inside it. A fixed file index
+        // names a file the lane registered and clears only once nothing on it is queued.
         unsafe { self.ring.submission().push(&e) }.is_ok()
+    }
+
+    fn register_file(&mut self, file: FileRef) {
+        let Some(id) = file.id.filter(|&id| (id as usize) < self.fixed.len()) else { return };
+        match self.update_table(id, file.fd) {
+            Ok(()) => self.fixed[id as usize] = true,
+            Err(e) => tracing::debug!(error = %e, id, "io_uring: file not registered; using its descriptor"),
+        }
+    }
+
+    fn forget_file(&mut self, file: FileRef) {
+        let Some(id) = self.table_index(file) else { return };
+        self.fixed[id as usize] = false;
+        if let Err(e) = self.update_table(id, -1) {
+            tracing::debug!(error = %e, id, "io_uring: clearing a file table entry failed");
+        }
     }
 
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {

@@ -1,111 +1,127 @@
 //! `UringWriter`: a sink whose writes go through a lane's ring.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::{path::Path, sync::Arc};
 
-use eagerio_core::{fault::Hook, Error, Result, Sink, SinkOptions, Staging, SyncOp, WriteEngine, WriteOp};
+use eagerio_core::{fault::Hook, Error, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp};
+
+use eagerio_tokio::BlockingFile;
 
 use crate::{
-    engine::{spawn_lane, LaneSpec},
-    lane::{Inbox, LaneConfig, Work},
-    ring::SetupFlags,
+    driver::Driver,
+    lane::{Inbox, LaneFile, Work},
+    ring::Mode,
 };
 
 /// Options of the io_uring sink.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct UringWriterOptions {
     /// The sink's in-flight bound and append start.
     pub sink: SinkOptions,
     /// Keep the file's contents (appends start at its end) instead of truncating it.
     pub keep: bool,
-    /// Writes in flight on the ring. Default 64.
-    pub depth: usize,
-    /// Ring setup flags.
-    pub setup: SetupFlags,
+    /// The driver whose lane carries the writes. `None`: the process-wide [`Driver::shared`].
+    pub driver: Option<Driver>,
     /// A fault hook for tests, evaluated on the lane thread at each completion.
     pub hook: Option<Hook>,
 }
 
-impl Default for UringWriterOptions {
-    fn default() -> Self {
-        UringWriterOptions {
-            sink: SinkOptions::default(),
-            keep: false,
-            depth: 64,
-            setup: SetupFlags::default(),
-            hook: None,
-        }
-    }
+enum Kind {
+    /// Writes go through a lane of the driver.
+    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox<UringWriter>>, driver: Driver },
+    /// io_uring was refused: writes run on tokio's blocking pool.
+    Tokio(Arc<BlockingFile>),
 }
 
-struct Inner {
-    path: PathBuf,
-    inbox: Arc<Inbox<UringWriter>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.inbox.close();
-    }
-}
-
-/// Writes one file through its own lane: each write is an io_uring `WRITE` from the caller's
-/// bytes (no copy), submitted by the lane thread as soon as the sink hands it over.
+/// Writes one file through a lane of a [`Driver`]: each write is an io_uring `WRITE` from the
+/// caller's bytes (no copy), submitted by the lane thread as soon as the sink hands it over.
+/// Where io_uring is refused, the writes run on tokio's blocking pool instead ([`Mode::Tokio`]).
 #[derive(Clone)]
 pub struct UringWriter {
-    inner: Arc<Inner>,
+    kind: Arc<Kind>,
 }
 
 impl std::fmt::Debug for UringWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UringWriter").field("path", &self.inner.path).finish()
+        f.debug_struct("UringWriter").field("path", &self.path()).field("mode", &self.mode()).finish()
     }
 }
 
 impl UringWriter {
-    /// Creates (or, with `keep`, opens) `path` and starts the sink's lane.
+    /// Creates (or, with `keep`, opens) `path` on `opts.driver` (or the process-wide
+    /// [`Driver::shared`], started here if nothing holds it). The sink's writes all go through
+    /// one of the driver's lanes, chosen round robin at creation.
+    ///
+    /// If the shared driver cannot start because io_uring is refused (`EPERM`, `ENOSYS`,
+    /// seccomp), the sink writes on the current tokio runtime's blocking pool instead, logging
+    /// why with `tracing` ([`mode`](Self::mode) is then [`Mode::Tokio`]).
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be opened; [`Error::Unavailable`] if io_uring is refused
-    /// (use `eagerio_tokio::TokioWriter` there); [`Error::InvalidOptions`] for a zero depth.
+    /// [`Error::Io`] if the file cannot be opened; [`Error::InvalidOptions`] for a path that is
+    /// not a regular file or block device; [`Error::Unavailable`] if io_uring is refused and no
+    /// tokio runtime is there to fall back to.
     pub fn create(path: impl AsRef<Path>, mut opts: UringWriterOptions) -> Result<Sink<UringWriter>> {
         let path = path.as_ref();
-        if opts.depth == 0 {
-            return Err(Error::invalid_option("UringWriterOptions::depth", "at least one write must be in flight"));
-        }
+        let driver = match opts.driver.take() {
+            Some(d) => d,
+            None => match Driver::shared() {
+                Ok(d) => d,
+                Err(Error::Unavailable { reason, .. }) => return Self::tokio(path, opts, reason),
+                Err(other) => return Err(other),
+            },
+        };
         let (file, end) = eagerio_core::sys::open_sink_file(path, opts.keep)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
-        let spec = LaneSpec {
-            name: "eagerio-sink-lane".to_string(),
-            depth: opts.depth,
-            flags: opts.setup,
-            file: Arc::new(file),
-            staging: Staging::new(4096, 4096)?,
-            register: false,
-            cfg: LaneConfig { depth: opts.depth, align: 1, path: path.to_path_buf(), hook: opts.hook },
-        };
-        let (lane, _, _) = spawn_lane(spec).map_err(|r| Error::Unavailable {
-            backend: "io_uring",
-            reason: format!("{} failed; the tokio sink (eagerio_tokio::TokioWriter) works without it", r.what),
-            source: Some(r.source),
-        })?;
-        let w = UringWriter { inner: Arc::new(Inner { path: path.to_path_buf(), inbox: lane.inbox }) };
+        let file = driver.attach(file, 1, path.to_path_buf(), opts.hook);
+        let inbox = driver.sink_lane();
+        let w = UringWriter { kind: Arc::new(Kind::Lane { file, inbox, driver }) };
         Sink::new(w, opts.sink)
+    }
+
+    fn tokio(path: &Path, mut opts: UringWriterOptions, why: String) -> Result<Sink<UringWriter>> {
+        let (file, end) = BlockingFile::create(path, opts.keep, opts.hook.take()).map_err(|e| match e {
+            Error::Unavailable { .. } => Error::Unavailable {
+                backend: "io_uring",
+                reason: format!(
+                    "{why}, and the fallback to the blocking pool needs a tokio runtime (eagerio_tokio::TokioWriter \
+                     is the sink for it)"
+                ),
+                source: None,
+            },
+            other => other,
+        })?;
+        tracing::warn!(path = %path.display(), reason = %why, "writes run on tokio's blocking pool");
+        opts.sink.append_from = opts.sink.append_from.max(end);
+        Sink::new(UringWriter { kind: Arc::new(Kind::Tokio(file)) }, opts.sink)
+    }
+
+    /// How the writes run: [`Mode::Tokio`] after a fallback, else the driver's mode.
+    pub fn mode(&self) -> Mode {
+        match &*self.kind {
+            Kind::Lane { driver, .. } => driver.mode(),
+            Kind::Tokio(_) => Mode::Tokio,
+        }
     }
 }
 
 impl WriteEngine for UringWriter {
     fn path(&self) -> &Path {
-        &self.inner.path
+        match &*self.kind {
+            Kind::Lane { file, .. } => file.path(),
+            Kind::Tokio(file) => file.path(),
+        }
     }
 
     fn submit_write(&self, op: WriteOp<Self>) {
-        self.inner.inbox.push(Work::Write(op));
+        match &*self.kind {
+            Kind::Lane { file, inbox, .. } => inbox.push(Work::Write(op, file.clone())),
+            Kind::Tokio(file) => file.write(op),
+        }
     }
 
     fn submit_sync(&self, op: SyncOp<Self>) {
-        self.inner.inbox.push(Work::Sync(op));
+        match &*self.kind {
+            Kind::Lane { file, inbox, .. } => inbox.push(Work::Sync(op, file.clone())),
+            Kind::Tokio(file) => file.sync(op),
+        }
     }
 }

@@ -1,17 +1,27 @@
-//! The uring backend runs the whole conformance suite: with registered staging, with plain
-//! reads into unregistered staging, and with gathers split over two lanes.
+//! The uring backend runs the whole conformance suite: on the process-wide driver with
+//! registered staging, on a driver reading into unregistered staging, and on a driver of two
+//! lanes that splits gathers over both. Each driver is shared by every test of its module, which
+//! run in parallel: tables (and sinks) of different tests share lanes, staging and file tables.
 
 mod common;
 
+use std::sync::LazyLock;
+
 use common::{registered_mode, Uring};
-use eagerio_uring::{Fallback, Mode, UringOptions};
+use eagerio_uring::{Driver, DriverOptions, Fallback, Mode, UringOptions};
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
-/// The uring backend needs no runtime: the suite runs on `futures`' executor. Registered
-/// staging needs RLIMIT_MEMLOCK of at least 8 MiB (root, or the default limit).
+static UNREGISTERED: LazyLock<Driver> =
+    LazyLock::new(|| Driver::new(DriverOptions { register_buffers: false, ..Default::default() }).unwrap());
+
+static TWO_LANES: LazyLock<Driver> =
+    LazyLock::new(|| Driver::new(DriverOptions { lanes: 2, depth: 8, ..Default::default() }).unwrap());
+
+/// The uring backend needs no runtime: the suite runs on `futures`' executor. The default
+/// staging is sized to register within RLIMIT_MEMLOCK.
 mod registered {
     eagerio_core::conformance_suite!(
         super::Uring { opts: || super::UringOptions::default(), mode: Some(super::registered_mode()) },
@@ -22,7 +32,7 @@ mod registered {
 mod unregistered {
     eagerio_core::conformance_suite!(
         super::Uring {
-            opts: || super::UringOptions { fallback: super::Fallback::Unregistered, ..Default::default() },
+            opts: || super::UringOptions { driver: Some(super::UNREGISTERED.clone()), ..Default::default() },
             mode: Some(super::Mode::Unregistered),
         },
         super::block_on
@@ -32,7 +42,11 @@ mod unregistered {
 mod two_lanes_split {
     eagerio_core::conformance_suite!(
         super::Uring {
-            opts: || super::UringOptions { lanes: 2, split_threshold: 2, depth: 8, ..Default::default() },
+            opts: || super::UringOptions {
+                driver: Some(super::TWO_LANES.clone()),
+                split_threshold: 2,
+                ..Default::default()
+            },
             mode: Some(super::registered_mode()),
         },
         super::block_on

@@ -17,7 +17,7 @@ use eagerio_core::{
     fault::{Action, Hook, IoKind},
     Error, RowLayout, RowTable, Target,
 };
-use eagerio_uring::{UringEngine, UringOptions};
+use eagerio_uring::{Driver, DriverOptions, UringEngine, UringOptions};
 use futures::{executor::block_on, FutureExt};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -50,15 +50,18 @@ fn expect(data: &[u8], ids: &[u64]) -> Vec<u8> {
 
 /// Depth 32 over 8 staging slots: more depth than slots, so a read that kept its place in the
 /// window but gave its slot back early would let the next read reuse a slot the kernel still
-/// writes (with as many slots as depth, the stale read would block reuse anyway).
+/// writes (with as many slots as depth, the stale read would block reuse anyway). The driver is
+/// the table's own, so its whole staging must come back.
 fn table(path: &Path, hook: Option<Hook>) -> RowTable<UringEngine> {
-    let opts = UringOptions { hook, depth: 32, staging_bytes: Some(8 * 64 * 1024), ..Default::default() };
+    let driver = Driver::new(DriverOptions { depth: 32, staging_bytes: Some(8 * 64 * 1024), ..Default::default() });
+    let opts = UringOptions { hook, driver: Some(driver.unwrap()), ..Default::default() };
     UringEngine::open_rows(path, RowLayout { base: 0, row_size: ROW, rows: None }, opts).unwrap()
 }
 
 fn wait_full(t: &RowTable<UringEngine>) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !t.source().engine().staging_full() {
+    let engine = t.source().engine();
+    while !(engine.staging_full() && engine.driver().unwrap().staging_full()) {
         assert!(Instant::now() < deadline, "a staging slot leaked");
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -28,7 +28,7 @@ use eagerio_core::{
     mem::MemEngine,
     Error, FileInfo, JobHandle, ReadEngine, Source, Staging,
 };
-use eagerio_uring::lane::{Inbox, LaneConfig, LaneCore, Notify, Ring, Sqe, Work};
+use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work};
 use loom::sync::{Condvar, Mutex};
 
 const SLOT: usize = 4096;
@@ -149,6 +149,7 @@ fn kernel(sim: Arc<Sim>, staging: Staging, data: Arc<Vec<u8>>, mode: Kernel) {
 struct LaneEngine {
     info: FileInfo,
     inbox: Arc<Inbox<MemEngine>>,
+    file: Arc<LaneFile>,
 }
 
 impl ReadEngine for LaneEngine {
@@ -157,7 +158,7 @@ impl ReadEngine for LaneEngine {
     }
 
     fn submit(&self, job: JobHandle) {
-        self.inbox.push(Work::Gather(job));
+        self.inbox.push(Work::Gather(job, self.file.clone()));
     }
 }
 
@@ -175,14 +176,15 @@ fn start(slots: usize, depth: usize, kernels: usize, mode: Kernel, hook: Option<
     let staging = Staging::new(slots * SLOT, SLOT).unwrap();
     let sim = Arc::new(Sim { state: Mutex::new(SimState::default()), cv: Condvar::new() });
     let path = PathBuf::from("/loom/lane");
-    let inbox = Arc::new(Inbox::new(Box::new(SimNotify(sim.clone())), path.clone()));
+    let inbox = Arc::new(Inbox::new(Box::new(SimNotify(sim.clone()))));
+    let file = Arc::new(LaneFile::new(FileRef { id: None, fd: -1 }, 1, path.clone(), hook));
     let mut threads = Vec::new();
     for _ in 0..kernels {
         let (sim, staging, data) = (sim.clone(), staging.clone(), shared.clone());
         threads.push(loom::thread::spawn(move || kernel(sim, staging, data, mode)));
     }
     let ring = SimRing { sim: sim.clone(), queued: Vec::new() };
-    let cfg = LaneConfig { depth, align: 1, path: path.clone(), hook };
+    let cfg = LaneConfig { depth, name: "loom-lane".into() };
     let (lane_inbox, lane_staging, lane_sim) = (inbox.clone(), staging.clone(), sim.clone());
     threads.push(loom::thread::spawn(move || {
         let mut lane = LaneCore::new(ring, lane_staging, lane_inbox, cfg);
@@ -192,7 +194,7 @@ fn start(slots: usize, depth: usize, kernels: usize, mode: Kernel, hook: Option<
         lane_sim.cv.notify_all();
     }));
     let info = FileInfo { path, len: FILE_LEN as u64, align: 1, max_read: SLOT as u64 };
-    let source = Source::new(LaneEngine { info, inbox }).with_max_gap(0);
+    let source = Source::new(LaneEngine { info, inbox, file }).with_max_gap(0);
     Model { source, staging, sim, threads, data }
 }
 
@@ -206,6 +208,7 @@ impl Model {
     /// Closes the lane, joins every thread, and checks every slot came back exactly once.
     fn finish(self) {
         let Model { source, staging, sim, threads, .. } = self;
+        let file = source.engine().file.clone();
         source.engine().inbox.close();
         drop(source);
         for t in threads {
@@ -213,6 +216,7 @@ impl Model {
         }
         assert!(sim.state.lock().unwrap().submitted.is_empty());
         assert!(staging.is_full(), "a slot leaked");
+        assert_eq!(file.leased(), 0, "the file's count of leased slots is off");
         assert_eq!(staging.free_slots(), staging.slots());
     }
 }

@@ -6,11 +6,17 @@
 mod common;
 
 use common::{fault_schedule, fault_schedule::Config, Uring};
-use eagerio_uring::{Mode, UringEngine, UringOptions};
+use std::sync::LazyLock;
 
-/// A small depth (32 reads in flight per lane), so the schedule's gathers queue behind one
-/// another.
-const URING: Uring = Uring { opts: || UringOptions { depth: 32, ..Default::default() }, mode: None };
+use eagerio_uring::{Driver, DriverOptions, Mode, UringEngine, UringOptions};
+
+/// A small depth (32 operations in flight on the lane), so the schedule's gathers and writes
+/// queue behind one another on the one lane they share.
+static DEPTH_32: LazyLock<Driver> =
+    LazyLock::new(|| Driver::new(DriverOptions { depth: 32, ..Default::default() }).unwrap());
+
+const URING: Uring =
+    Uring { opts: || UringOptions { driver: Some(DEPTH_32.clone()), ..Default::default() }, mode: None };
 
 #[test]
 fn faults_random_schedule_10k_ops() {

@@ -22,7 +22,7 @@ use std::{
 
 use eagerio_core::{FileInfo, JobHandle, ReadEngine, Source, Staging};
 use eagerio_uring::{
-    lane::{Inbox, LaneConfig, LaneCore, Notify, Ring, Sqe, Work},
+    lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work},
     UringWriter,
 };
 
@@ -92,11 +92,12 @@ fn lane_never_sleeps_with_claimable_extents_and_nothing_in_flight() {
     let b = src.gather_ranges(&[0..10, 8192..8202, 16384..16394, 24576..24586, 32768..32778]).unwrap();
     let a = src.gather_ranges(&[std::ops::Range { start: 49152, end: 49162 }]).unwrap();
     let staging = Staging::new(3 * SLOT, SLOT).unwrap();
-    let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify), PathBuf::from("t")));
+    let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify)));
+    let lane_file = Arc::new(LaneFile::new(FileRef { id: None, fd: -1 }, 1, PathBuf::from("t"), None));
     for job in jobs.lock().unwrap().drain(..) {
-        inbox.push(Work::Gather(job));
+        inbox.push(Work::Gather(job, lane_file.clone()));
     }
-    let cfg = LaneConfig { depth: 3, align: 1, path: PathBuf::from("t"), hook: None };
+    let cfg = LaneConfig { depth: 3, name: "lane".into() };
     let pushed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let ring = InstantRing { file: file.clone(), queued: Vec::new(), pushed: pushed.clone() };
     let mut lane = LaneCore::new(ring, staging, inbox, cfg);

@@ -38,7 +38,8 @@ impl Backend for Uring {
     }
 
     async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<UringWriter>> {
-        UringWriter::create(path, UringWriterOptions { sink, hook, ..Default::default() })
+        // On the sources' driver: the sink shares its lanes with the tables.
+        UringWriter::create(path, UringWriterOptions { sink, hook, driver: (self.opts)().driver, ..Default::default() })
     }
 
     fn staging_full(&self, source: &Source<UringEngine>) -> bool {
@@ -54,12 +55,12 @@ impl FaultBackend for Uring {
     }
 }
 
-/// What default options give here: registration needs CAP_IPC_LOCK (root) or a memlock limit
-/// above the lane's 8 MiB of staging.
+/// What default options give here: the default staging is sized to register within the memlock
+/// limit (at least one 64 KiB slot, which a limit under about 86 KiB cannot hold).
 pub fn registered_mode() -> Mode {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    if root || eagerio_uring::memlock_limit() > 8 << 20 {
+    if root || eagerio_uring::memlock_limit() >= 128 << 10 {
         Mode::Registered
     } else {
         Mode::Unregistered
