@@ -506,12 +506,16 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             }
         }
         // Round robin over the job slots (indices stay put while the loop runs; `retire` leaves
-        // holes). Stop once a whole pass over the slots started no read.
+        // holes), each job up to its fair share of the window: a large gather that filled the
+        // window while alone lets a newcomer take the slots it frees, instead of taking back every
+        // other one. Stop once a whole pass over the slots started no read.
+        let claiming = self.jobs.iter().flatten().filter(|job| !job.exhausted).count();
+        let share = self.cfg.depth.div_ceil(claiming.max(1));
         let mut stalled = 0;
         while self.in_flight < self.cfg.depth && stalled < self.jobs.len() {
             let j = self.next_job % self.jobs.len();
             self.next_job = self.next_job.wrapping_add(1);
-            let Some(job) = self.jobs[j].as_mut().filter(|job| !job.exhausted) else {
+            let Some(job) = self.jobs[j].as_mut().filter(|job| !job.exhausted && job.in_flight < share) else {
                 stalled += 1;
                 continue;
             };
