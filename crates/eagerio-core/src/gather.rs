@@ -411,25 +411,76 @@ pub struct GatherFuture<T> {
     /// The job's counters as it settled, kept once the job is taken.
     settled: GatherStats,
     finish: fn(Bytes, &GatherJob) -> T,
+    /// What a future not backed by a job yields ([`ready`](Self::ready),
+    /// [`from_future`](Self::from_future)).
+    other: Other<T>,
+}
+
+/// The value of a [`GatherFuture`] that no job of this crate serves.
+enum Other<T> {
+    /// Backed by a job (or completed).
+    None,
+    /// Already at hand; taken by the first poll.
+    Ready(Option<Result<T>>),
+    /// Any future. The mutex is only ever reached through `&mut` (`get_mut`, no locking): it
+    /// makes the `GatherFuture` `Sync` whatever the inner future is.
+    Future(std::sync::Mutex<Pin<Box<dyn Future<Output = Result<T>> + Send>>>),
 }
 
 impl<T> fmt::Debug for GatherFuture<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GatherFuture").field("job", &self.job).finish()
+        let other = match &self.other {
+            Other::None => "none",
+            Other::Ready(_) => "ready",
+            Other::Future(_) => "future",
+        };
+        f.debug_struct("GatherFuture").field("job", &self.job).field("other", &other).finish()
     }
 }
 
 impl<T> GatherFuture<T> {
+    /// A future that yields `value` at once: for a gather served without I/O, such as a cache
+    /// whose every row is a hit. Its [`stats`](Self::stats) are all zero.
+    pub fn ready(value: Result<T>) -> GatherFuture<T> {
+        GatherFuture {
+            job: None,
+            settled: GatherStats::default(),
+            finish: unreachable_finish,
+            other: Other::Ready(Some(value)),
+        }
+    }
+
+    /// A gather future over any future: for implementations of [`Gather`] and [`GatherRows`]
+    /// that compose others (a cache that forwards its misses to a source and merges the rows).
+    /// The I/O should be started before this is called, as every backend's is: this wrapper only
+    /// polls `fut`. Dropping the gather future drops `fut`. Its [`stats`](Self::stats) are zero.
+    pub fn from_future(fut: impl Future<Output = Result<T>> + Send + 'static) -> GatherFuture<T> {
+        GatherFuture {
+            job: None,
+            settled: GatherStats::default(),
+            finish: unreachable_finish,
+            other: Other::Future(std::sync::Mutex::new(Box::pin(fut))),
+        }
+    }
+
     /// The gather's counters so far (final once the future has completed).
     pub fn stats(&self) -> GatherStats {
         self.job.as_ref().map_or(self.settled, |j| j.stats())
     }
 
     /// Whether every party has finished and the statistics are final (polling would return at
-    /// once).
+    /// once). Always `false` for a [`from_future`](Self::from_future) gather not yet complete.
     pub fn is_settled(&self) -> bool {
-        self.job.as_ref().is_none_or(|j| j.settled.load(Ordering::Acquire))
+        match (&self.job, &self.other) {
+            (Some(j), _) => j.settled.load(Ordering::Acquire),
+            (None, Other::Future(_)) => false,
+            (None, _) => true,
+        }
     }
+}
+
+fn unreachable_finish<T>(_: Bytes, _: &GatherJob) -> T {
+    unreachable!("a gather future without a job has no output to finish")
 }
 
 impl<T> Unpin for GatherFuture<T> {}
@@ -438,7 +489,20 @@ impl<T> Future for GatherFuture<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let job = self.job.as_ref().expect("GatherFuture polled after completion");
+        let Some(job) = self.job.as_ref() else {
+            return match &mut self.other {
+                Other::Ready(value) => Poll::Ready(value.take().expect("GatherFuture polled after completion")),
+                Other::Future(fut) => {
+                    let fut = fut.get_mut().unwrap_or_else(|p| p.into_inner());
+                    let out = fut.as_mut().poll(cx);
+                    if out.is_ready() {
+                        self.other = Other::Ready(None);
+                    }
+                    out
+                }
+                Other::None => panic!("GatherFuture polled after completion"),
+            };
+        };
         if !job.settled.load(Ordering::Acquire) {
             *lock(&job.waker) = Some(cx.waker().clone());
             if !job.settled.load(Ordering::Acquire) {
@@ -673,7 +737,7 @@ impl<E: ReadEngine> Source<E> {
         }
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
-        Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish })
+        Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish, other: Other::None })
     }
 }
 
@@ -785,5 +849,95 @@ impl<E: ReadEngine> RowTable<E> {
             requests.push((self.base + row * self.row_size, self.row_size));
         }
         self.source.submit(requests, Targets::Rows(rows.to_vec()), out, whole)
+    }
+}
+
+/// Byte ranges of one file or object, gathered eagerly: the face every backend's sources show
+/// users. Object-safe: choose a backend at run time and hold an `Arc<dyn Gather + Send + Sync>`.
+///
+/// Implemented by every [`Source`] and [`RowTable`]. An implementation of your own (a cache, a
+/// router over shards) starts its I/O in [`gather_ranges`](Self::gather_ranges), before it
+/// returns, and answers with [`GatherFuture::ready`] or [`GatherFuture::from_future`].
+pub trait Gather {
+    /// Starts reading `ranges`; the future yields one `Bytes` per range, in request order.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
+    /// end.
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>>;
+
+    /// The file or object: its name in errors and its length.
+    fn info(&self) -> &FileInfo;
+
+    /// Totals over every gather so far.
+    fn totals(&self) -> SourceTotals;
+}
+
+/// A table of fixed-size rows, gathered eagerly by row id: the row face of [`Gather`].
+/// Object-safe: `Arc<dyn GatherRows + Send + Sync>`.
+///
+/// Implemented by every [`RowTable`]. An implementation of your own starts its I/O in
+/// [`gather`](Self::gather), before it returns.
+pub trait GatherRows {
+    /// Starts reading `rows` (any order, duplicates allowed); the future yields them back to
+    /// back in request order.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end.
+    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>>;
+
+    /// Bytes per row.
+    fn row_size(&self) -> u64;
+
+    /// Row count.
+    fn rows(&self) -> u64;
+
+    /// Totals over every gather so far.
+    fn totals(&self) -> SourceTotals;
+}
+
+impl<E: ReadEngine> Gather for Source<E> {
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        Source::gather_ranges(self, ranges)
+    }
+
+    fn info(&self) -> &FileInfo {
+        Source::info(self)
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
+    }
+}
+
+impl<E: ReadEngine> Gather for RowTable<E> {
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        self.source.gather_ranges(ranges)
+    }
+
+    fn info(&self) -> &FileInfo {
+        self.source.info()
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
+    }
+}
+
+impl<E: ReadEngine> GatherRows for RowTable<E> {
+    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>> {
+        RowTable::gather(self, rows)
+    }
+
+    fn row_size(&self) -> u64 {
+        self.row_size
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
     }
 }

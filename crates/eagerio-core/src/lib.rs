@@ -43,7 +43,9 @@ pub mod sys;
 pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
-pub use gather::{FileInfo, GatherFuture, JobHandle, ReadEngine, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use gather::{
+    FileInfo, Gather, GatherFuture, GatherRows, JobHandle, ReadEngine, RowLayout, RowTable, Source, DEFAULT_MAX_GAP,
+};
 pub use plan::{Extent, Piece, Plan, PlanOptions};
 pub use sink::{
     DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp,
