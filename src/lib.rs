@@ -21,11 +21,14 @@
 //! # Ok(()) }
 //! ```
 
+mod open;
+
 pub use eagerio_core as core;
 pub use eagerio_core::{
-    DataSink, Error, GatherFuture, GatherStats, Result, RowLayout, RowTable, SinkOptions, SinkStats, Source,
-    SourceTotals, Target, WriteFuture,
+    DataSink, Error, Gather, GatherFuture, GatherRows, GatherStats, Result, RowLayout, RowTable, SinkOptions,
+    SinkStats, Source, SourceTotals, Target, WriteFuture,
 };
+pub use open::{open, open_rows, OpenOptions};
 
 /// The tokio backend: gathers and writes on tokio's blocking pool.
 #[cfg(feature = "tokio")]
@@ -42,3 +45,8 @@ pub use eagerio_uring as uring;
 /// Remote gathers and sinks: range GETs and multipart uploads on any `object_store` store.
 #[cfg(feature = "object-store")]
 pub use eagerio_object_store as object_store;
+
+/// The README's Rust snippets, compiled as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -2,6 +2,9 @@
 //! their rows, overload answers 503 with `Retry-After` at once instead of queueing, bad requests
 //! get 400s that say why, and the server still answers correctly afterwards.
 //!
+//! The table is chosen from a URL at run time (`eagerio::open_rows`): a local file, and an object
+//! in moto's S3 (with the facade's `object-store` feature), both behind `dyn GatherRows`.
+//!
 //! The client is a minimal HTTP/1.1 client over `tokio::net::TcpStream` (one request per
 //! connection), so the test needs no HTTP client crate. Every request has a deadline: a server
 //! that hangs fails the test instead of stalling it.
@@ -71,11 +74,29 @@ async fn start_with(cfg: app::ServiceConfig, hook: Option<Hook>) -> Server {
     let layout = RowLayout { base: 0, row_size: ROW_SIZE, rows: None };
     let table = TokioEngine::open_rows(&path, layout, opts).await.unwrap();
     assert_eq!(table.rows(), ROWS);
+    serve(Arc::new(table), cfg, dir).await
+}
+
+/// A server over `table`.
+async fn serve(table: app::Table, cfg: app::ServiceConfig, dir: tempfile::TempDir) -> Server {
     let (router, stats) = app::router(table, cfg);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     Server { addr, stats, task, _dir: dir }
+}
+
+/// A server over the table at `url`, opened with `eagerio::open_rows` (the service never names a
+/// backend), then a few concurrent clients and the bad-row answer.
+async fn check_url(url: &str, opts: eagerio::OpenOptions, dir: tempfile::TempDir) {
+    let layout = RowLayout { base: 0, row_size: ROW_SIZE, rows: None };
+    let table = eagerio::open_rows(url, layout, opts).await.unwrap();
+    assert_eq!(table.rows(), ROWS, "{url}");
+    let server = serve(table, app::ServiceConfig::default(), dir).await;
+    assert_eq!(load(server.addr, 4, 10).await, 0);
+    let r = post_rows(server.addr, &[ROWS]).await;
+    assert_eq!(r.status, 400, "{url}: {}", r.text());
+    assert_eq!(server.stats.served.load(Ordering::Relaxed), 40);
 }
 
 #[derive(Debug)]
@@ -262,4 +283,60 @@ async fn row_service_read_failure_is_500_without_server_paths() {
     assert!(!body.contains("emb.bin") && !body.contains(&*server._dir.path().to_string_lossy()), "{body}");
     assert!(body.contains("could not be read"), "{body}");
     assert_eq!(server.stats.failed.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_service_from_a_file_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("emb.bin");
+    write_table(&path);
+    let url = format!("file://{}", path.display());
+    check_url(&url, eagerio::OpenOptions::default(), dir).await;
+    let e = eagerio::open_rows(
+        "file://relative/emb.bin",
+        RowLayout { base: 0, row_size: 1, rows: None },
+        Default::default(),
+    )
+    .await
+    .map(|_| ())
+    .unwrap_err();
+    assert!(e.to_string().contains("absolute path"), "{e}");
+}
+
+#[cfg(feature = "object-store")]
+#[path = "../crates/eagerio-object-store/tests/support/moto.rs"]
+mod moto;
+
+/// The same service over an object in moto's S3, uploaded through eagerio's own multipart sink.
+#[cfg(feature = "object-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_service_from_an_s3_url_on_moto() {
+    use eagerio::object_store::{store_for_url, ObjectStoreWriter, WriterOptions};
+    use eagerio::DataSink;
+
+    let Some(server) = moto::moto_with_bucket("row_service_from_an_s3_url_on_moto", "rows") else { return };
+    let url = "s3://rows/tables/emb.bin";
+    let opts = eagerio::OpenOptions::default()
+        .store_option("aws_endpoint", format!("http://127.0.0.1:{}", server.port))
+        .store_option("aws_allow_http", "true")
+        .store_option("aws_region", "us-east-1")
+        .store_option("aws_access_key_id", "testing")
+        .store_option("aws_secret_access_key", "testing")
+        .store_option("aws_virtual_hosted_style_request", "false");
+    let (store, location) = store_for_url(url, &opts.store).unwrap();
+    let sink = ObjectStoreWriter::create(store, location, WriterOptions::default()).await.unwrap();
+    sink.append(bytes::Bytes::from((0..ROWS).flat_map(row).collect::<Vec<u8>>())).await.unwrap();
+    sink.close().await.unwrap();
+    check_url(url, opts.clone(), tempfile::tempdir().unwrap()).await;
+    let layout = RowLayout { base: 0, row_size: 1, rows: None };
+    let e = eagerio::open_rows("s3://rows/missing.bin", layout, opts).await.map(|_| ()).unwrap_err();
+    assert!(matches!(e, eagerio::Error::Io { op: eagerio::core::Op::Open, .. }), "{e}");
+}
+
+#[cfg(not(feature = "object-store"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_service_s3_url_needs_the_object_store_feature() {
+    let layout = RowLayout { base: 0, row_size: 1, rows: None };
+    let e = eagerio::open_rows("s3://rows/emb.bin", layout, Default::default()).await.map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("`object-store` feature"), "{e}");
 }

@@ -7,8 +7,10 @@
 //! - `GET /info`: `{"rows": N, "row_size": S}`.
 //!
 //! # One request, one gather
-//! Each `POST /rows` is one [`RowTable::gather`]: the reads are planned and submitted inside the
-//! handler before it awaits anything, and the response waits only for them.
+//! Each `POST /rows` is one [`GatherRows::gather`] on the table, whatever backend serves it (a
+//! local file on io_uring lanes or the tokio backend, an S3 object: [`eagerio::open_rows`] picks
+//! it from a URL): the reads are planned and submitted inside the handler before it awaits
+//! anything, and the response waits only for them.
 //!
 //! # Load shedding
 //! At most [`ServiceConfig::max_in_flight`] gathers run at once. A request that finds no free
@@ -39,8 +41,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use eagerio::core::ReadEngine;
-use eagerio::RowTable;
+use eagerio::GatherRows;
 use tokio::sync::Semaphore;
 
 /// Limits of the service.
@@ -73,26 +74,26 @@ pub struct ServiceStats {
     pub failed: AtomicU64,
 }
 
-struct App<E> {
-    table: RowTable<E>,
+/// The table every request gathers from: any backend, chosen at run time.
+pub type Table = Arc<dyn GatherRows + Send + Sync>;
+
+struct App {
+    table: Table,
     permits: Arc<Semaphore>,
     cfg: ServiceConfig,
     stats: Arc<ServiceStats>,
 }
 
 /// The service's router over `table`, and its counters.
-pub fn router<E>(table: RowTable<E>, cfg: ServiceConfig) -> (Router, Arc<ServiceStats>)
-where
-    E: ReadEngine + Send + Sync + 'static,
-{
+pub fn router(table: Table, cfg: ServiceConfig) -> (Router, Arc<ServiceStats>) {
     assert!(cfg.max_in_flight > 0, "max_in_flight must be at least 1");
     let stats = Arc::new(ServiceStats::default());
     let app = Arc::new(App { table, permits: Arc::new(Semaphore::new(cfg.max_in_flight)), cfg, stats: stats.clone() });
     // Room for `max_rows` ids of up to 20 digits and a separator, and never under axum's 2 MiB.
     let body_limit = cfg.max_rows.saturating_mul(22).saturating_add(64).max(2 << 20);
     let router = Router::new()
-        .route("/rows", post(rows::<E>))
-        .route("/info", get(info::<E>))
+        .route("/rows", post(rows))
+        .route("/info", get(info))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(app);
     (router, stats)
@@ -102,12 +103,12 @@ fn text(status: StatusCode, msg: String) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg).into_response()
 }
 
-async fn info<E: ReadEngine + Send + Sync + 'static>(State(app): State<Arc<App<E>>>) -> Response {
+async fn info(State(app): State<Arc<App>>) -> Response {
     let body = format!("{{\"rows\":{},\"row_size\":{}}}", app.table.rows(), app.table.row_size());
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn rows<E: ReadEngine + Send + Sync + 'static>(State(app): State<Arc<App<E>>>, body: Bytes) -> Response {
+async fn rows(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let bad = |msg: String| {
         app.stats.bad_requests.fetch_add(1, Ordering::Relaxed);
         text(StatusCode::BAD_REQUEST, msg)
@@ -154,7 +155,7 @@ fn client_reason(e: &eagerio::Error) -> String {
 
 /// A failed gather: the details (file, row, offset, OS error) go to the log; the client gets a
 /// `500` that names no server path.
-fn failed<E>(app: &App<E>, e: &eagerio::Error) -> Response {
+fn failed(app: &App, e: &eagerio::Error) -> Response {
     app.stats.failed.fetch_add(1, Ordering::Relaxed);
     tracing::error!(error = %e, "row gather failed");
     text(StatusCode::INTERNAL_SERVER_ERROR, "the rows could not be read; the server's log has the details".to_string())

@@ -331,6 +331,22 @@ impl ObjectStoreEngine {
     }
 }
 
+/// The store and the object's path a URL names, by object_store's rules: `s3://bucket/key`
+/// (feature `aws`), `gs://bucket/key` (`gcp`), `az://container/key` (`azure`), `memory:///key`,
+/// `file:///path`. `store_options` are the builders' configuration keys, e.g. `aws_endpoint`,
+/// `aws_region`, `aws_access_key_id`, `aws_allow_http`; the environment is not read.
+///
+/// # Errors
+/// [`Error::InvalidOptions`] (option `url`) for a URL that does not parse, names an unknown
+/// scheme or one whose feature is off, or has an option its builder does not know.
+pub fn store_for_url(url: &str, store_options: &[(String, String)]) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let bad = |why: String| Error::invalid_option("url", format!("{url:?}: {why}"));
+    let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+    let options = store_options.iter().map(|(k, v)| (k.as_str(), v.clone()));
+    let (store, path) = object_store::parse_url_opts(&parsed, options).map_err(|e| bad(e.to_string()))?;
+    Ok((Arc::from(store), path))
+}
+
 impl ObjectStoreEngine {
     /// The cap on this engine's GETs in flight (shared with other engines if the options gave
     /// one).

@@ -77,7 +77,8 @@ mod sink;
 
 pub use error::http_status;
 pub use gather::{
-    ObjectStoreEngine, ObjectStoreOptions, RequestLimit, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST, TUNED_GAP_RANGE,
+    store_for_url, ObjectStoreEngine, ObjectStoreOptions, RequestLimit, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST,
+    TUNED_GAP_RANGE,
 };
 pub use sink::{ObjectSink, ObjectStoreWriter, WriterOptions, DEFAULT_PART_SIZE};
 

@@ -7,13 +7,7 @@
 
 mod common;
 
-use std::{
-    io::{Read, Write},
-    net::{TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use common::{block_on, Kind, StoreBackend};
@@ -22,71 +16,10 @@ use eagerio_object_store::{ObjectStoreEngine, ObjectStoreWriter, WriterOptions};
 use object_store::{aws::AmazonS3Builder, path::Path, ObjectStore, RetryConfig};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-/// Kills the server when the test ends, however it ends.
-struct Server {
-    child: Child,
-    port: u16,
-}
+#[path = "support/moto.rs"]
+mod moto;
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts moto on a free port and waits until it answers HTTP; `Err` says why it could not.
-fn start_moto() -> Result<Server, String> {
-    let port = free_port();
-    let mut last = String::new();
-    for cmd in [vec!["moto_server"], vec!["python3", "-m", "moto.server"]] {
-        let spawned = Command::new(cmd[0])
-            .args(&cmd[1..])
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                last = format!("`{}` could not start: {e}", cmd.join(" "));
-                continue;
-            }
-        };
-        let mut server = Server { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                last = format!("`{}` exited with {status} (is `moto[server]` installed?)", cmd.join(" "));
-                break;
-            }
-            if http(port, "GET", "/").is_ok() {
-                return Ok(server);
-            }
-            if Instant::now() > deadline {
-                last = format!("`{}` did not answer on port {port} within 60 s", cmd.join(" "));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        drop(server);
-    }
-    Err(last)
-}
-
-/// One raw HTTP/1.1 request; returns the status line.
-fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    Ok(resp.lines().next().unwrap_or_default().to_owned())
-}
+use moto::moto_with_bucket;
 
 fn s3(port: u16, bucket: &str) -> Arc<dyn ObjectStore> {
     let retry = RetryConfig { max_retries: 2, ..Default::default() };
@@ -106,16 +39,7 @@ fn s3(port: u16, bucket: &str) -> Arc<dyn ObjectStore> {
 
 #[test]
 fn moto_s3_roundtrips_errors_and_multipart() {
-    let server = match start_moto() {
-        Ok(s) => s,
-        Err(why) if std::env::var_os("CI").is_some() => panic!("CI needs moto_server: {why}"),
-        Err(why) => {
-            eprintln!("SKIPPED moto_s3_roundtrips_errors_and_multipart: {why}; `pip install 'moto[server]'` to run it");
-            return;
-        }
-    };
-    let status = http(server.port, "PUT", "/eagerio").expect("create the bucket");
-    assert!(status.contains(" 200"), "creating the bucket: {status}");
+    let Some(server) = moto_with_bucket("moto_s3_roundtrips_errors_and_multipart", "eagerio") else { return };
     let store = s3(server.port, "eagerio");
 
     block_on(async {
