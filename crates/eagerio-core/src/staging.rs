@@ -48,6 +48,9 @@ impl Drop for Region {
 struct FreeList {
     free: Vec<u32>,
     wakers: Vec<Waker>,
+    /// Threads asleep in [`Staging::acquire_blocking`]: a release notifies the condvar only if
+    /// one is (a notify with no waiter still costs a `FUTEX_WAKE` system call per release).
+    blocked: usize,
 }
 
 struct Inner {
@@ -113,7 +116,7 @@ impl Staging {
                 slot_size,
                 slots,
                 cells: (0..slots).map(|_| UnsafeCell::new(())).collect(),
-                free: Mutex::new(FreeList { free: (0..slots as u32).rev().collect(), wakers: Vec::new() }),
+                free: Mutex::new(FreeList { free: (0..slots as u32).rev().collect(), wakers: Vec::new(), blocked: 0 }),
                 freed: Condvar::new(),
             }),
         })
@@ -199,7 +202,9 @@ impl Staging {
             if let Some(idx) = g.free.pop() {
                 return SlotLease { inner: self.inner.clone(), idx };
             }
+            g.blocked += 1;
             g = wait(&self.inner.freed, g);
+            g.blocked -= 1;
         }
     }
 
@@ -278,13 +283,15 @@ impl SlotLease {
 
 impl Drop for SlotLease {
     fn drop(&mut self) {
-        let wakers = {
+        let (wakers, blocked) = {
             let mut g = lock(&self.inner.free);
             debug_assert!(!g.free.contains(&self.idx), "slot {} freed twice", self.idx);
             g.free.push(self.idx);
-            std::mem::take(&mut g.wakers)
+            (std::mem::take(&mut g.wakers), g.blocked > 0)
         };
-        self.inner.freed.notify_one();
+        if blocked {
+            self.inner.freed.notify_one();
+        }
         for w in wakers {
             crate::gather::wake(w);
         }
