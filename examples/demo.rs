@@ -250,6 +250,12 @@ async fn demo() -> AnyResult<()> {
                 cells.push((row_size, cold, *m, c));
             }
         }
+        // The source's latency histograms over every eagerio gather of this row size, cold and
+        // warm (readable from `latencies()`; exported through `metrics` with that feature).
+        stats_lines.push(format!(
+            "eagerio latencies, {row_size} B rows, all runs (bucket upper bounds, within 25%):\n{}",
+            ctx.table.latencies()
+        ));
     }
 
     println!();

@@ -15,4 +15,4 @@ need() {
 need pyarrow pyarrow
 need "moto.server, flask" "moto[server]"
 export CI="${CI:-true}"
-exec cargo test --workspace --features eagerio/object-store "$@"
+exec cargo test --workspace --features eagerio/object-store,eagerio/metrics "$@"

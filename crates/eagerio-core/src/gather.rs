@@ -35,7 +35,7 @@ use crate::error::{Error, Op, Result, Target};
 use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::{Plan, PlanOptions};
 use crate::residency::Residency;
-use crate::stats::{GatherStats, SourceStats, SourceTotals};
+use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
 
 /// What a backend tells the core about the file it serves.
 #[derive(Debug, Clone)]
@@ -129,6 +129,14 @@ pub struct GatherJob {
     submit_ns: AtomicU64,
     wait_ns: AtomicU64,
     source_stats: Option<StdArc<SourceStats>>,
+    /// Per extent, when it was claimed (µs since `started`), for the read latency histogram.
+    claimed_at: Box<[std::sync::atomic::AtomicU32]>,
+    /// When the job was handed to the engine, and when the engine claimed its first extent (ns
+    /// since `started`; `u64::MAX` until then), for the queue histogram.
+    handed_off_ns: std::sync::atomic::AtomicU64,
+    first_claim_ns: std::sync::atomic::AtomicU64,
+    /// The gather's `tracing` span (debug level): open from the call until the job is dropped.
+    span: tracing::Span,
 }
 
 // SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
@@ -180,12 +188,22 @@ impl GatherJob {
         self.failed.store(true, Ordering::Release);
     }
 
+    /// Nanoseconds since the gather call began.
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Run by the last party: makes the statistics final, then lets the future finish.
     fn settle(&self) {
         let total = self.started.elapsed();
         let submit = Duration::from_nanos(self.submit_ns.load(Ordering::Relaxed));
         self.wait_ns.store(total.saturating_sub(submit).as_nanos() as u64, Ordering::Relaxed);
         if let Some(s) = &self.source_stats {
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            let first = self.first_claim_ns.load(relaxed);
+            let queue = (first != u64::MAX)
+                .then(|| Duration::from_nanos(first.saturating_sub(self.handed_off_ns.load(relaxed))));
+            s.record_times(submit, queue, total);
             s.record(&self.stats(), self.failed.load(Ordering::Acquire));
         }
         // Release: a future that sees `settled` sees the final statistics and every party's
@@ -288,14 +306,21 @@ impl JobHandle {
         if !self.is_live() {
             return None;
         }
-        let i = self.job.next.fetch_add(1, Ordering::Relaxed);
+        let claim = self.job.next.fetch_add(1, Ordering::Relaxed);
         let i = match &self.job.order {
-            Some(order) => order.get(i).map_or(usize::MAX, |&x| x as usize),
-            None => i,
+            Some(order) => order.get(claim).map_or(usize::MAX, |&x| x as usize),
+            None => claim,
         };
         if i < self.job.plan.extents().len() {
-            self.job.extent_states[i].store(ExtentState::CLAIMED, Ordering::Relaxed);
-            self.job.reads_issued.fetch_add(1, Ordering::Relaxed);
+            let job = &*self.job;
+            let now = job.now_ns();
+            let relaxed = std::sync::atomic::Ordering::Relaxed;
+            if claim == 0 {
+                job.first_claim_ns.store(now, relaxed);
+            }
+            job.claimed_at[i].store(u32::try_from(now / 1000).unwrap_or(u32::MAX), relaxed);
+            job.extent_states[i].store(ExtentState::CLAIMED, Ordering::Relaxed);
+            job.reads_issued.fetch_add(1, Ordering::Relaxed);
             Some(i)
         } else {
             None
@@ -329,6 +354,12 @@ impl JobHandle {
                 message: format!("extent {extent} (offset {}) was {what}", e.offset),
             });
         }
+        let claimed = job.claimed_at[extent].load(std::sync::atomic::Ordering::Relaxed);
+        let latency = Duration::from_micros((job.now_ns() / 1000).saturating_sub(u64::from(claimed)));
+        if let Some(s) = &job.source_stats {
+            s.record_read(latency);
+        }
+        tracing::debug!(parent: &job.span, offset = e.offset, len = e.len, ok = result.is_ok(), ?latency, "read");
         let got = match result {
             Ok(n) => n,
             Err(source) => {
@@ -557,7 +588,8 @@ impl<E: ReadEngine> Source<E> {
     pub fn new(engine: E) -> Source<E> {
         let info = engine.info();
         let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
-        Source { engine, opts, stats: StdArc::default(), residency: None }
+        let stats = StdArc::new(SourceStats::new(&info.path));
+        Source { engine, opts, stats, residency: None }
     }
 
     /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
@@ -636,6 +668,12 @@ impl<E: ReadEngine> Source<E> {
         self.stats.snapshot()
     }
 
+    /// This source's latency histograms: time in the gather call, queued before the first read,
+    /// per read, and per gather.
+    pub fn latencies(&self) -> SourceLatencies {
+        self.stats.latencies()
+    }
+
     /// Gathers byte ranges; the future yields one `Bytes` per range, in request order.
     ///
     /// The reads are submitted before this returns.
@@ -703,11 +741,15 @@ impl<E: ReadEngine> Source<E> {
         let out_ptr = OutPtr(out.as_mut_ptr());
         let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
+        let path = self.engine.info().path.as_path();
+        let span = tracing::debug_span!("gather", path = %path.display(), rows = requests.len(),
+            extents = plan.extents().len(), bytes = plan.out_len(), resident);
+        let claimed_at = (0..plan.extents().len()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
         let job = Arc::new(GatherJob {
             plan,
             requests,
             targets,
-            path: StdArc::from(self.engine.info().path.as_path()),
+            path: StdArc::from(path),
             out: UnsafeCell::new(out),
             out_ptr,
             next: AtomicUsize::new(0),
@@ -728,13 +770,18 @@ impl<E: ReadEngine> Source<E> {
             submit_ns: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             source_stats: Some(self.stats.clone()),
+            claimed_at,
+            handed_off_ns: std::sync::atomic::AtomicU64::new(0),
+            first_claim_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
+            span,
         });
         let handle = JobHandle { job: job.clone() };
-        let span = tracing::trace_span!("gather", extents = job.plan.extents().len());
-        let _enter = span.enter();
-        if done < job.plan.extents().len() {
-            self.engine.submit(handle.clone());
-        }
+        job.span.in_scope(|| {
+            if done < job.plan.extents().len() {
+                job.handed_off_ns.store(job.now_ns(), std::sync::atomic::Ordering::Relaxed);
+                self.engine.submit(handle.clone());
+            }
+        });
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
         Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish, other: Other::None })
@@ -814,6 +861,11 @@ impl<E: ReadEngine> RowTable<E> {
         self.source.stats()
     }
 
+    /// The latency histograms of this table's source ([`Source::latencies`]).
+    pub fn latencies(&self) -> SourceLatencies {
+        self.source.latencies()
+    }
+
     /// Gathers `rows` (any order, duplicates allowed); the future yields one `Bytes` holding the
     /// rows back to back in request order.
     ///
@@ -871,6 +923,11 @@ pub trait Gather {
 
     /// Totals over every gather so far.
     fn totals(&self) -> SourceTotals;
+
+    /// Latency histograms so far (empty unless the implementation keeps them).
+    fn latencies(&self) -> SourceLatencies {
+        SourceLatencies::default()
+    }
 }
 
 /// A table of fixed-size rows, gathered eagerly by row id: the row face of [`Gather`].
@@ -894,6 +951,11 @@ pub trait GatherRows {
 
     /// Totals over every gather so far.
     fn totals(&self) -> SourceTotals;
+
+    /// Latency histograms so far (empty unless the implementation keeps them).
+    fn latencies(&self) -> SourceLatencies {
+        SourceLatencies::default()
+    }
 }
 
 impl<E: ReadEngine> Gather for Source<E> {
@@ -908,6 +970,10 @@ impl<E: ReadEngine> Gather for Source<E> {
     fn totals(&self) -> SourceTotals {
         self.stats()
     }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
+    }
 }
 
 impl<E: ReadEngine> Gather for RowTable<E> {
@@ -921,6 +987,10 @@ impl<E: ReadEngine> Gather for RowTable<E> {
 
     fn totals(&self) -> SourceTotals {
         self.stats()
+    }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
     }
 }
 
@@ -939,5 +1009,9 @@ impl<E: ReadEngine> GatherRows for RowTable<E> {
 
     fn totals(&self) -> SourceTotals {
         self.stats()
+    }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
     }
 }

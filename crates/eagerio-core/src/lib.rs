@@ -51,4 +51,4 @@ pub use sink::{
     DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp,
 };
 pub use staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};
-pub use stats::{GatherStats, SourceStats, SourceTotals};
+pub use stats::{GatherStats, Histogram, HistogramSnapshot, SourceLatencies, SourceStats, SourceTotals};

@@ -1,6 +1,6 @@
-//! Counters, per gather and per source.
+//! Counters, per gather and per source, and each source's latency histograms.
 
-use std::time::Duration;
+use std::{fmt, sync::atomic::AtomicU64 as StdAtomicU64, time::Duration};
 
 use crate::loom::{AtomicU64, Ordering};
 
@@ -30,9 +30,13 @@ pub struct GatherStats {
     pub wait: Duration,
 }
 
-/// Totals over every gather of one source. All counters are monotonic.
+/// Totals over every gather of one source, and its latency histograms. All counters are
+/// monotonic.
 #[derive(Debug, Default)]
 pub struct SourceStats {
+    latency: Latencies,
+    #[cfg(feature = "metrics")]
+    exported: Option<export::Handles>,
     gathers: AtomicU64,
     failed: AtomicU64,
     requested: AtomicU64,
@@ -71,6 +75,57 @@ pub struct SourceTotals {
 }
 
 impl SourceStats {
+    /// The statistics of the source named `path`; with the `metrics` feature, the histograms
+    /// are also exported through the `metrics` facade, labelled with the path (the recorder
+    /// installed when the source is opened gets them).
+    pub fn new(path: &std::path::Path) -> SourceStats {
+        #[cfg(not(feature = "metrics"))]
+        let _ = path;
+        SourceStats {
+            #[cfg(feature = "metrics")]
+            exported: Some(export::Handles::new(path)),
+            ..SourceStats::default()
+        }
+    }
+
+    /// The latency histograms so far.
+    pub fn latencies(&self) -> SourceLatencies {
+        let l = &self.latency;
+        SourceLatencies {
+            call: l.call.snapshot(),
+            queue: l.queue.snapshot(),
+            read: l.read.snapshot(),
+            gather: l.gather.snapshot(),
+        }
+    }
+
+    /// One read's time, from its claim by the backend to its completion.
+    pub(crate) fn record_read(&self, d: Duration) {
+        self.latency.read.record(d);
+        #[cfg(feature = "metrics")]
+        if let Some(h) = &self.exported {
+            h.read.record(d.as_secs_f64());
+        }
+    }
+
+    /// A settled gather's times: in the call, queued before its first read, call to settled.
+    pub(crate) fn record_times(&self, call: Duration, queue: Option<Duration>, total: Duration) {
+        let l = &self.latency;
+        l.call.record(call);
+        l.gather.record(total);
+        if let Some(q) = queue {
+            l.queue.record(q);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(h) = &self.exported {
+            h.call.record(call.as_secs_f64());
+            h.gather.record(total.as_secs_f64());
+            if let Some(q) = queue {
+                h.queue.record(q.as_secs_f64());
+            }
+        }
+    }
+
     pub(crate) fn record(&self, g: &GatherStats, failed: bool) {
         let add = |c: &AtomicU64, v: u64| {
             c.fetch_add(v, Ordering::Relaxed);
@@ -102,5 +157,209 @@ impl SourceStats {
             submit: Duration::from_nanos(get(&self.submit_ns)),
             wait: Duration::from_nanos(get(&self.wait_ns)),
         }
+    }
+}
+
+/// The latency histograms of one source (see [`SourceLatencies`]).
+#[derive(Debug, Default)]
+struct Latencies {
+    call: Histogram,
+    queue: Histogram,
+    read: Histogram,
+    gather: Histogram,
+}
+
+/// Snapshots of a source's latency histograms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceLatencies {
+    /// Time inside the gather call (validating, planning, the adaptive copy, submitting): what
+    /// the caller's thread paid, once per gather.
+    pub call: HistogramSnapshot,
+    /// From the job's hand-off to the backend to the backend claiming its first read: time queued
+    /// behind other work, once per gather that read anything.
+    pub queue: HistogramSnapshot,
+    /// One read, from the backend's claim to its completion (the device and the backend's
+    /// queue), once per read.
+    pub read: HistogramSnapshot,
+    /// From the gather call to the gather settled, once per gather.
+    pub gather: HistogramSnapshot,
+}
+
+impl fmt::Display for SourceLatencies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "call   {}", self.call)?;
+        writeln!(f, "queue  {}", self.queue)?;
+        writeln!(f, "read   {}", self.read)?;
+        write!(f, "gather {}", self.gather)
+    }
+}
+
+/// Buckets: 4 per power of two of nanoseconds (values within 25% share a bucket), up to 2^63 ns.
+const BUCKETS: usize = 252;
+
+/// A lock-free latency histogram: each record is two relaxed atomic adds.
+#[derive(Debug)]
+pub struct Histogram {
+    counts: Box<[StdAtomicU64]>,
+    sum_ns: StdAtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { counts: (0..BUCKETS).map(|_| StdAtomicU64::new(0)).collect(), sum_ns: StdAtomicU64::new(0) }
+    }
+}
+
+/// The bucket of `ns`: values 0-3 have their own; from 4 up, a bucket per quarter of a power of
+/// two (the leading bit's position and the two bits below it).
+fn bucket(ns: u64) -> usize {
+    if ns < 4 {
+        return ns as usize;
+    }
+    let e = 63 - ns.leading_zeros() as usize;
+    (e - 1) * 4 + ((ns >> (e - 2)) & 3) as usize
+}
+
+/// The first value past bucket `i`.
+fn bucket_end(i: usize) -> u64 {
+    if i < 4 {
+        return i as u64 + 1;
+    }
+    let (e, sub) = (i / 4 + 1, (i % 4) as u128);
+    u64::try_from((5 + sub) << (e - 2)).unwrap_or(u64::MAX)
+}
+
+impl Histogram {
+    /// Counts one value.
+    pub fn record(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.counts[bucket(ns)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let counts: Vec<u64> = self.counts.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        HistogramSnapshot {
+            count: counts.iter().sum(),
+            sum: Duration::from_nanos(self.sum_ns.load(std::sync::atomic::Ordering::Relaxed)),
+            counts,
+        }
+    }
+}
+
+/// A histogram's counts at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    counts: Vec<u64>,
+    count: u64,
+    sum: Duration,
+}
+
+impl HistogramSnapshot {
+    /// Values counted.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Their mean, if any.
+    pub fn mean(&self) -> Option<Duration> {
+        (self.count > 0).then(|| Duration::from_nanos((self.sum.as_nanos() / u128::from(self.count)) as u64))
+    }
+
+    /// The `q`-quantile (0.0..=1.0), as the upper end of its bucket: at most 25% above the true
+    /// value. `None` when nothing was counted.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(Duration::from_nanos(bucket_end(i)));
+            }
+        }
+        None
+    }
+
+    /// The non-empty buckets, as (upper end, count), smallest first.
+    pub fn buckets(&self) -> impl Iterator<Item = (Duration, u64)> + '_ {
+        self.counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(i, &c)| (Duration::from_nanos(bucket_end(i)), c))
+    }
+}
+
+impl fmt::Display for HistogramSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let q = |p| self.quantile(p).map_or("-".to_string(), |d| format!("{d:.1?}"));
+        write!(f, "n={} p50<={} p90<={} p99<={} max<={}", self.count, q(0.5), q(0.9), q(0.99), q(1.0))
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod export {
+    //! The histograms through the `metrics` facade: handles made once per source.
+
+    /// One handle per histogram, labelled with the source's path.
+    #[derive(Debug)]
+    pub(super) struct Handles {
+        pub(super) call: metrics::Histogram,
+        pub(super) queue: metrics::Histogram,
+        pub(super) read: metrics::Histogram,
+        pub(super) gather: metrics::Histogram,
+    }
+
+    impl Handles {
+        pub(super) fn new(path: &std::path::Path) -> Handles {
+            let path = path.display().to_string();
+            Handles {
+                call: metrics::histogram!("eagerio_gather_call_seconds", "path" => path.clone()),
+                queue: metrics::histogram!("eagerio_gather_queue_seconds", "path" => path.clone()),
+                read: metrics::histogram!("eagerio_read_seconds", "path" => path.clone()),
+                gather: metrics::histogram!("eagerio_gather_seconds", "path" => path),
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_contiguous_and_within_a_quarter() {
+        let mut prev_end = 0;
+        for i in 0..BUCKETS - 1 {
+            let end = bucket_end(i);
+            assert!(end > prev_end, "bucket {i}");
+            // The first value of bucket i is prev_end, and it maps back to i; so does end - 1.
+            assert_eq!(bucket(prev_end), i, "start of bucket {i}");
+            assert_eq!(bucket(end - 1), i, "end of bucket {i}");
+            if prev_end >= 4 {
+                assert!((end - prev_end) * 4 <= prev_end, "bucket {i} spans more than a quarter");
+            }
+            prev_end = end;
+        }
+        assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+    }
+
+    #[test]
+    fn histogram_quantiles_and_mean() {
+        let h = Histogram::default();
+        assert_eq!(h.snapshot().quantile(0.5), None);
+        for us in 1..=100u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count(), 100);
+        assert_eq!(s.mean(), Some(Duration::from_nanos(50_500)));
+        for (q, true_value) in [(0.5, 50u64), (0.9, 90), (0.99, 99), (1.0, 100)] {
+            let got = s.quantile(q).unwrap();
+            let t = Duration::from_micros(true_value);
+            assert!(got >= t && got <= t * 5 / 4, "q{q}: {got:?} for {t:?}");
+        }
+        assert_eq!(s.buckets().map(|(_, c)| c).sum::<u64>(), 100);
+        assert!(s.to_string().starts_with("n=100 p50<="), "{s}");
     }
 }
