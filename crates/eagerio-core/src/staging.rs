@@ -381,6 +381,26 @@ mod tests {
         assert!(l.with(|b| b.iter().all(|&x| x == 7)));
     }
 
+    /// A thread asleep in `acquire_blocking` on an exhausted pool is woken by the next release
+    /// (a release notifies only when a thread sleeps: the count of sleepers must be right).
+    #[test]
+    fn acquire_blocking_wakes_on_release() {
+        let s = Staging::new(4096, 4096).unwrap();
+        for _ in 0..3 {
+            let held = s.try_acquire().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let pool = s.clone();
+            let t = std::thread::spawn(move || tx.send(pool.acquire_blocking().index()).unwrap());
+            // Give the thread time to fall asleep (if it has not, it takes the slot without
+            // sleeping, and the test passes without testing the wake-up).
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(held);
+            let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+            assert_eq!(got.expect("the sleeping thread was never woken"), 0);
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn bad_sizes_are_refused() {
         assert!(Staging::new(4096, 1000).is_err());
