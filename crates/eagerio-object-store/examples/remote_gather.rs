@@ -42,7 +42,7 @@ use object_store::{
     memory::InMemory,
     path::Path,
     throttle::{ThrottleConfig, ThrottledStore},
-    ObjectStore, PutPayload, RetryConfig, OBJECT_STORE_COALESCE_DEFAULT,
+    ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, OBJECT_STORE_COALESCE_DEFAULT,
 };
 use rand::{rngs::StdRng, Rng, SeedableRng};
 

@@ -36,7 +36,7 @@ pub(crate) fn to_io(what: &str, err: &object_store::Error) -> io::Error {
     let kind = match err {
         E::NotFound { .. } => io::ErrorKind::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-        E::NotSupported { .. } | E::NotImplemented => io::ErrorKind::Unsupported,
+        E::NotSupported { .. } | E::NotImplemented { .. } => io::ErrorKind::Unsupported,
         E::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
         _ => match status {
             Some(400) => io::ErrorKind::InvalidInput,

@@ -14,7 +14,7 @@ use eagerio_core::{
     fault::{Action, Hook, IoKind, IoPoint},
     Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
 };
-use object_store::{path::Path, ObjectStore};
+use object_store::{path::Path, ObjectStore, ObjectStoreExt};
 
 use crate::error::to_io;
 

@@ -44,7 +44,7 @@ use eagerio_core::{
     DataSink, Error, FlushFuture, ReadyFuture, Result, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture,
     WriteOp,
 };
-use object_store::{path::Path, MultipartUpload, ObjectStore, PutPayload};
+use object_store::{path::Path, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::task::JoinHandle;
 
 use crate::error::to_io;

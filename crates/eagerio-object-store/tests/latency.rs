@@ -12,7 +12,7 @@ use object_store::{
     memory::InMemory,
     path::Path,
     throttle::{ThrottleConfig, ThrottledStore},
-    ObjectStore, PutPayload,
+    ObjectStore, ObjectStoreExt, PutPayload,
 };
 
 #[test]

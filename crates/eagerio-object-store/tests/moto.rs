@@ -13,7 +13,7 @@ use bytes::Bytes;
 use common::{block_on, Kind, StoreBackend};
 use eagerio_core::{conformance, DataSink, Error, RowLayout};
 use eagerio_object_store::{ObjectStoreEngine, ObjectStoreWriter, WriterOptions};
-use object_store::{aws::AmazonS3Builder, path::Path, ObjectStore, RetryConfig};
+use object_store::{aws::AmazonS3Builder, path::Path, ObjectStore, ObjectStoreExt, RetryConfig};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 #[path = "support/moto.rs"]

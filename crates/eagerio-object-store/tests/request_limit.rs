@@ -10,7 +10,7 @@ use std::{
 
 use eagerio_core::{RowLayout, RowTable};
 use eagerio_object_store::{ObjectStoreEngine, ObjectStoreOptions, RequestLimit};
-use object_store::{memory::InMemory, path::Path, ObjectStore, PutPayload};
+use object_store::{memory::InMemory, path::Path, ObjectStore, ObjectStoreExt, PutPayload};
 
 #[path = "support/counting.rs"]
 mod counting;

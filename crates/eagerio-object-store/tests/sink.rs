@@ -14,7 +14,7 @@ use eagerio_core::{
     DataSink, Error, RowLayout, SinkOptions, Target,
 };
 use eagerio_object_store::WriterOptions;
-use object_store::{memory::InMemory, path::Path, ObjectStore, PutPayload};
+use object_store::{memory::InMemory, path::Path, ObjectStore, ObjectStoreExt, PutPayload};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 fn backends() -> [(&'static str, StoreBackend); 2] {

@@ -5,7 +5,7 @@ use std::{path::Path as FsPath, sync::Arc};
 
 use eagerio_core::{conformance::Backend, fault::Hook, Error, Result, Sink, SinkOptions, Source};
 use eagerio_object_store::{ObjectSink, ObjectStoreEngine, ObjectStoreOptions, ObjectStoreWriter, WriterOptions};
-use object_store::{local::LocalFileSystem, path::Path, ObjectStore, PutPayload};
+use object_store::{local::LocalFileSystem, path::Path, ObjectStore, ObjectStoreExt, PutPayload};
 
 /// Part size of the conformance sinks: the suite's write-error check fails the write at offset
 /// 100 of a 100-byte then a 50-byte append, so parts of 50 bytes make that write one part.
