@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use eagerio::core::{Plan, PlanOptions};
+use eagerio::core::backend::{Plan, PlanOptions};
 
 const ROW: u64 = 90;
 const TABLE: u64 = 2 << 30;

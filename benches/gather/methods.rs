@@ -16,7 +16,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio::core::{ReadEngine, RowLayout, RowTable};
+use eagerio::core::{backend::ReadEngine, RowLayout, RowTable};
 use eagerio::tokio::{TokioEngine, TokioOptions};
 
 use crate::probe;

@@ -13,7 +13,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use eagerio_core::{Error, Plan, PlanOptions};
+use eagerio_core::{backend::{Plan, PlanOptions}, Error};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Debug, Arbitrary)]

@@ -41,9 +41,10 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::Plan,
     conformance::Backend,
     fault::{Action, Hook, IoKind, IoPoint},
-    DataSink, Error, Op, Plan, RowLayout, Sink, SinkOptions, Source, Target,
+    DataSink, Error, Op, RowLayout, Sink, SinkOptions, Source, Target,
 };
 
 /// `EAGERIO_TRACE=1` prints every step of a schedule (to find where a replayed seed hangs).
@@ -615,7 +616,7 @@ pub async fn run<B: FaultBackend>(b: &B, cfg: Config) -> Report {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn start_gather<E: eagerio_core::ReadEngine>(
+fn start_gather<E: eagerio_core::backend::ReadEngine>(
     rng: &mut Rng,
     rep: &mut Report,
     faults: &FaultTable,
@@ -751,7 +752,7 @@ async fn finish_gather(g: GatherRec, rep: &mut Report, seed: u64) {
     }
 }
 
-fn start_write<E: eagerio_core::WriteEngine>(
+fn start_write<E: eagerio_core::backend::WriteEngine>(
     rng: &mut Rng,
     rep: &mut Report,
     faults: &FaultTable,
@@ -823,7 +824,7 @@ fn note_write(rec: &mut WriteRec, r: eagerio_core::Result<()>, seed: u64) {
 
 /// A flush (or, with `sync`, a sync whose fdatasync gets that fault), awaited; checks that it
 /// reports exactly the failed writes since the last report and updates the model.
-async fn flush<E: eagerio_core::WriteEngine>(
+async fn flush<E: eagerio_core::backend::WriteEngine>(
     sink: &Sink<E>,
     unreported: &mut Vec<WriteRec>,
     model: &mut DiskModel,

@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use eagerio_core::{ReadEngine, RowTable};
+use eagerio_core::{backend::ReadEngine, RowTable};
 
 use super::fault_schedule::{seed, Rng, SeedGuard};
 

@@ -19,8 +19,9 @@ use bytes::Bytes;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use crate::{
+    backend::{ReadEngine, WriteEngine},
     fault::{Action, Hook, IoKind},
-    DataSink, Error, ReadEngine, Result, RowLayout, Sink, SinkOptions, Source, Target, WriteEngine,
+    DataSink, Error, Result, RowLayout, Sink, SinkOptions, Source, Target,
 };
 
 /// What the suite needs from a backend.

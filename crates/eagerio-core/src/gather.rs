@@ -878,7 +878,7 @@ impl<E: ReadEngine> RowTable<E> {
     ///
     /// # Examples
     /// ```no_run
-    /// # async fn f<E: eagerio_core::ReadEngine>(table: eagerio_core::RowTable<E>) -> eagerio_core::Result<()> {
+    /// # async fn f<E: eagerio_core::backend::ReadEngine>(table: eagerio_core::RowTable<E>) -> eagerio_core::Result<()> {
     /// let bytes = table.gather(&[7, 3, 7])?.await?;
     /// assert_eq!(bytes.len() as u64, 3 * table.row_size());
     /// # Ok(()) }

@@ -15,7 +15,8 @@
 //! - [`mem`]: an in-memory backend, the smallest complete one, which also runs under loom;
 //! - `conformance` (feature `conformance`): the suite every backend passes whole.
 //!
-//! A backend implements two small traits, [`ReadEngine`] and [`WriteEngine`].
+//! A backend implements two small traits, [`ReadEngine`](backend::ReadEngine) and
+//! [`WriteEngine`](backend::WriteEngine), found with the rest of what backends use in [`backend`].
 //!
 //! # The invariant
 //! A buffer that the kernel or a worker still owns is never reused or freed. After an error, a
@@ -43,12 +44,18 @@ pub mod sys;
 pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
-pub use gather::{
-    FileInfo, Gather, GatherFuture, GatherRows, JobHandle, ReadEngine, RowLayout, RowTable, Source, DEFAULT_MAX_GAP,
-};
-pub use plan::{Extent, Piece, Plan, PlanOptions};
-pub use sink::{
-    DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture, WriteOp,
-};
-pub use staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};
-pub use stats::{GatherStats, Histogram, HistogramSnapshot, SourceLatencies, SourceStats, SourceTotals};
+pub use gather::{FileInfo, Gather, GatherFuture, GatherRows, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, WriteFuture};
+pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};
+
+/// What a backend implements and uses, apart from the user's API at the crate root: the engine
+/// traits ([`ReadEngine`](backend::ReadEngine), [`WriteEngine`](backend::WriteEngine)), the
+/// job's handle, the planner's types, the staging pool and the per-source statistics. The
+/// modules [`sys`], [`residency`], [`fault`] and [`mem`] are for backends (and tests) too.
+pub mod backend {
+    pub use crate::gather::{JobHandle, ReadEngine};
+    pub use crate::plan::{Extent, Piece, Plan, PlanOptions};
+    pub use crate::sink::{SyncOp, WriteEngine, WriteOp};
+    pub use crate::staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};
+    pub use crate::stats::{Histogram, SourceStats};
+}

@@ -45,7 +45,7 @@
 use std::{fs::File, io, os::fd::AsRawFd};
 
 use crate::plan::{Extent, Plan};
-use crate::{ReadEngine, Source};
+use crate::{backend::ReadEngine, Source};
 
 /// Largest `mincore` window, in pages.
 pub const WINDOW_PAGES: u64 = 1024;

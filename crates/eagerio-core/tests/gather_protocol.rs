@@ -7,7 +7,10 @@
 
 use std::{cell::Cell, path::PathBuf};
 
-use eagerio_core::{Error, FileInfo, JobHandle, ReadEngine, Source};
+use eagerio_core::{
+    backend::{JobHandle, ReadEngine},
+    Error, FileInfo, Source,
+};
 
 /// How the engine misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,8 +28,9 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine, Staging},
     mem::{MemEngine, MemFile},
-    DataSink, Error, FileInfo, JobHandle, Op, ReadEngine, RowLayout, Sink, SinkOptions, Source, Staging,
+    DataSink, Error, FileInfo, Op, RowLayout, Sink, SinkOptions, Source,
 };
 use loom::thread::JoinHandle;
 

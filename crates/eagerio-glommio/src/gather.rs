@@ -17,8 +17,9 @@ use std::{
 };
 
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine},
     fault::{self, Action, Hook, IoKind, IoPoint},
-    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
+    Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 use glommio::io::{DmaFile, ReadResult};
 

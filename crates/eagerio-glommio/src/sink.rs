@@ -25,8 +25,9 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::{SyncOp, WriteEngine, WriteOp},
     fault::{self, Hook, IoKind, IoPoint},
-    Error, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+    Error, Result, Sink, SinkOptions,
 };
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 

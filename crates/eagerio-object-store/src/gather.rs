@@ -11,8 +11,9 @@ use std::{
 };
 
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine},
     fault::{Action, Hook, IoKind, IoPoint},
-    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
+    Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 use object_store::{path::Path, ObjectStore, ObjectStoreExt};
 

@@ -40,9 +40,9 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::{SyncOp, WriteEngine, WriteOp},
     fault::{self, Hook, IoKind, IoPoint},
-    DataSink, Error, FlushFuture, ReadyFuture, Result, Sink, SinkOptions, SinkStats, SyncOp, WriteEngine, WriteFuture,
-    WriteOp,
+    DataSink, Error, FlushFuture, ReadyFuture, Result, Sink, SinkOptions, SinkStats, WriteFuture,
 };
 use object_store::{path::Path, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
 use tokio::task::JoinHandle;

@@ -55,7 +55,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio_core::{DataSink, ReadEngine, Source, WriteFuture};
+use eagerio_core::{backend::ReadEngine, DataSink, Source, WriteFuture};
 use futures::{future::BoxFuture, FutureExt};
 use parquet::{
     arrow::{arrow_reader::ArrowReaderOptions, async_reader::AsyncFileReader, async_writer::AsyncFileWriter},

@@ -7,9 +7,10 @@ use std::{io, path::Path, process::Command, sync::Arc};
 use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use eagerio_core::{
+    backend::ReadEngine,
     fault::{Action, Hook, IoKind},
     mem::{MemEngine, MemFile},
-    DataSink, ReadEngine, Sink, SinkOptions, Source,
+    DataSink, Sink, SinkOptions, Source,
 };
 use eagerio_parquet::{EagerReader, EagerWriter, Finish};
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};

@@ -9,9 +9,10 @@ use std::{
 };
 
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine, Staging, DEFAULT_STAGING_BYTES},
     fault::{with_hook, Hook, IoKind, IoPoint},
     sys::{self, DirectIo},
-    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source, Staging, DEFAULT_STAGING_BYTES,
+    Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 
 /// Options of the tokio gather engine.

@@ -3,8 +3,9 @@
 use std::{fs::File, path::Path, path::PathBuf, sync::Arc};
 
 use eagerio_core::{
+    backend::{SyncOp, WriteEngine, WriteOp},
     fault::{with_hook, Hook, IoKind, IoPoint},
-    sys, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+    sys, Result, Sink, SinkOptions,
 };
 
 /// Options of the tokio writer.

@@ -13,7 +13,11 @@ use std::{
     },
 };
 
-use eagerio_core::{fault::Hook, Error, JobHandle, Result, Staging};
+use eagerio_core::{
+    backend::{JobHandle, Staging},
+    fault::Hook,
+    Error, Result,
+};
 
 use crate::{
     lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Release, Work},

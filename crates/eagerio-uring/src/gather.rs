@@ -4,9 +4,10 @@
 use std::{fmt, path::Path, sync::Arc};
 
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine},
     fault::Hook,
     sys::{self, DirectIo},
-    Error, FileInfo, JobHandle, ReadEngine, Result, RowLayout, RowTable, Source,
+    Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 use eagerio_tokio::{TokioEngine, TokioOptions};
 

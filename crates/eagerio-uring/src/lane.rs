@@ -41,9 +41,10 @@ use std::{
 };
 
 use eagerio_core::{
+    backend::{JobHandle, SlotLease, Staging, SyncOp, WriteEngine, WriteOp},
     fault::{self, Action, Hook, IoKind, IoPoint},
     loom::{lock, AtomicUsize, Mutex, Ordering},
-    Error, JobHandle, Op, SlotLease, Staging, SyncOp, WriteEngine, WriteOp,
+    Error, Op,
 };
 
 /// The file an operation targets: its index in the lane's registered file table, if it was

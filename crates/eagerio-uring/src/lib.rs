@@ -1,7 +1,7 @@
 //! # eagerio-uring: io_uring lanes
 //!
 //! A **lane** is a thread that owns one io_uring ring, its share of the driver's staging (one
-//! fixed buffer covering the lane's [`Staging`](eagerio_core::Staging) pool, read with
+//! fixed buffer covering the lane's [`Staging`](eagerio_core::backend::Staging) pool, read with
 //! `READ_FIXED`) and a sparse registered file table. A [`Driver`] is a set of lanes shared by
 //! every table ([`UringEngine`]) and sink ([`UringWriter`]) opened on it: opening a file adds it
 //! to each lane's file table, not a thread. [`Driver::shared`], the process-wide driver (one lane),

@@ -2,7 +2,11 @@
 
 use std::{path::Path, sync::Arc};
 
-use eagerio_core::{fault::Hook, Error, Result, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp};
+use eagerio_core::{
+    backend::{SyncOp, WriteEngine, WriteOp},
+    fault::Hook,
+    Error, Result, Sink, SinkOptions,
+};
 
 use eagerio_tokio::BlockingFile;
 

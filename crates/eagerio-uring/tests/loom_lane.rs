@@ -24,9 +24,10 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine, Staging},
     fault::{Action, Hook, IoKind},
     mem::MemEngine,
-    Error, FileInfo, JobHandle, ReadEngine, Source, Staging,
+    Error, FileInfo, Source,
 };
 use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work};
 use loom::sync::{Condvar, Mutex};

@@ -20,7 +20,10 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use eagerio_core::{FileInfo, JobHandle, ReadEngine, Source, Staging};
+use eagerio_core::{
+    backend::{JobHandle, ReadEngine, Staging},
+    FileInfo, Source,
+};
 use eagerio_uring::{
     lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work},
     UringWriter,

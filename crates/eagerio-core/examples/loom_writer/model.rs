@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use eagerio_core::{
+    backend::{SyncOp, WriteEngine, WriteOp},
     mem::{MemEngine, MemFile},
-    DataSink, Sink, SinkOptions, SyncOp, WriteEngine, WriteOp,
+    DataSink, Sink, SinkOptions,
 };
 
 /// std normally, loom under `--cfg eagerio_loom`: the user's own two-line shim.
