@@ -353,6 +353,10 @@ pub struct LaneConfig {
 
 const RETRIES: u8 = 8;
 
+/// Completions after the last overlap of gathers during which a share of the window stays free
+/// for a newcomer (about 8 ms at 60,000 reads per second).
+const RESERVE_COMPLETIONS: usize = 512;
+
 /// The most bytes one `WRITE` asks of the kernel. An SQE's length is 32 bits, and Linux moves at
 /// most about 2 GiB in one call anyway; a larger write goes out in pieces of this size, each
 /// continuing where the kernel stopped, like a short write.
@@ -376,6 +380,9 @@ pub struct LaneCore<R: Ring, W: WriteEngine> {
     /// Completions taken off the ring and not yet handled.
     reaped: VecDeque<(u64, i32)>,
     closed: bool,
+    /// Completions left during which the lane keeps a share of its window free for a newcomer
+    /// (see `fill`); reset to `RESERVE_COMPLETIONS` whenever two or more gathers claim at once.
+    reserve_left: usize,
 }
 
 impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
@@ -395,6 +402,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             in_flight: 0,
             reaped: VecDeque::new(),
             closed: false,
+            reserve_left: 0,
         }
     }
 
@@ -507,11 +515,17 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             }
         }
         // Round robin over the job slots (indices stay put while the loop runs; `retire` leaves
-        // holes), each job up to its fair share of the window: a large gather that filled the
-        // window while alone lets a newcomer take the slots it frees, instead of taking back every
-        // other one. Stop once a whole pass over the slots started no read.
+        // holes), each job up to its share of the window. A gather alone takes the whole window.
+        // Once gathers overlap, and for `RESERVE_COMPLETIONS` completions after, the share leaves
+        // room for one more: a newcomer then finds free slots and a device queue that is not full
+        // of the large gather's reads, instead of queueing behind them (the tail latency of small
+        // gathers beside a large one). Stop once a whole pass over the slots started no read.
         let claiming = self.jobs.iter().flatten().filter(|job| !job.exhausted).count();
-        let share = self.cfg.depth.div_ceil(claiming.max(1));
+        if claiming >= 2 {
+            self.reserve_left = RESERVE_COMPLETIONS;
+        }
+        let sharers = if self.reserve_left > 0 { claiming + 1 } else { claiming.max(1) };
+        let share = self.cfg.depth.div_ceil(sharers);
         let mut stalled = 0;
         while self.in_flight < self.cfg.depth && stalled < self.jobs.len() {
             let j = self.next_job % self.jobs.len();
@@ -584,6 +598,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     fn complete(&mut self, tag: usize, res: i32) {
         let op = self.inflight[tag].take().expect("a completion for an operation in flight");
         self.in_flight -= 1;
+        self.reserve_left = self.reserve_left.saturating_sub(1);
         self.free_tags.push(tag);
         match op {
             InFlight::Read(read) => self.complete_read(read, res),

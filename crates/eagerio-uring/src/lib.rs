@@ -19,6 +19,12 @@
 //! `depth` is the operations in flight on one lane, whatever number of files and gathers share
 //! it (default 128); more lanes add depth. A lane serves the gathers it holds round robin, one
 //! read each in turn, so a gather of a million rows and one of a hundred progress side by side.
+//! A gather alone takes the whole window; while gathers overlap (and for 512 completions after)
+//! each takes at most `depth / (gathers + 1)`, which keeps room for the next small gather.
+//! Measured with `cargo run --release --example uring_lanes -- fairness`: 100-row gathers beside
+//! a 1,000,000-row one had p99 7.3 ms against 1.7 ms alone (9.4 ms with an even split and no
+//! reserve); the rest of the gap is the device's queue, which still holds the large gather's
+//! reads when a small one arrives.
 //! A gather runs on the least loaded lane unless it has at least `split_threshold` reads, in
 //! which case every lane pulls reads from it.
 //!
