@@ -280,6 +280,59 @@ pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
     wait_full(b, table.source()).await;
 }
 
+/// A gather whose deadline passes while one of its reads is held (a hook that blocks the first
+/// read until released, like a stuck device) resolves with [`Error::TimedOut`] at its deadline,
+/// not when the read ends. Once the read is released every slot comes back, and the next gather
+/// is right.
+///
+/// Not in [`conformance_suite!`](crate::conformance_suite): a hook that blocks runs on the
+/// backend's thread, which on a thread-per-core executor is the thread the future needs. Backends
+/// whose reads run off the caller's executor call it from a test of their own.
+pub async fn deadline_slow_read_then_reuse<B: Backend>(b: &B) {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Condvar, Mutex,
+    };
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 1024, &mut rng);
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let first = Arc::new(AtomicBool::new(true));
+    let (hook_gate, hook_first) = (gate.clone(), first.clone());
+    let hook = Hook::new(move |p| {
+        if p.kind == IoKind::Read && hook_first.swap(false, Ordering::SeqCst) {
+            let (open, cv) = &*hook_gate;
+            let opened = cv.wait_timeout_while(open.lock().unwrap(), Duration::from_secs(60), |o| !*o);
+            drop(opened.unwrap());
+        }
+        Action::Proceed
+    });
+    let table =
+        b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let ids: Vec<u64> = (0..64).map(|i| i * 16).collect();
+    let began = Instant::now();
+    let timeout = Duration::from_millis(200);
+    let err = table.gather(&ids).unwrap().with_timeout(timeout).await.expect_err("a read is held past the deadline");
+    let took = began.elapsed();
+    match &err {
+        Error::TimedOut { unread, requested, after, .. } => {
+            assert!((1..=64).contains(unread), "{err}");
+            assert_eq!((*requested, *after), (64, timeout), "{err}");
+        }
+        other => panic!("expected TimedOut, got {other}"),
+    }
+    assert!(took >= timeout, "resolved before its deadline: {took:?}");
+    // The held read would keep it for 60 s: resolving long before shows the wait did not.
+    assert!(took < Duration::from_secs(30), "the gather waited for the held read: {took:?}");
+    assert!(!first.load(Ordering::SeqCst), "the hook held a read");
+
+    *gate.0.lock().unwrap() = true;
+    gate.1.notify_all();
+    wait_full(b, table.source()).await;
+    let next: Vec<u64> = (0..200).map(|_| rng.gen_range(0..1024)).collect();
+    let got = table.gather(&next).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &next)[..]);
+}
+
 /// Appends get contiguous offsets in call order; `write_at` lands where asked; the file matches
 /// after close.
 pub async fn sink_offsets_and_order<B: Backend>(b: &B) {

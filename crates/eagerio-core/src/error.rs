@@ -175,6 +175,27 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// A gather's deadline passed before every read finished ([`GatherFuture::with_deadline`],
+    /// [`Source::with_timeout`]). Its queued reads were dropped and its reads in the kernel
+    /// cancelled where the backend can; the future resolved at the deadline, and the reads still
+    /// in flight return their buffers when they complete.
+    ///
+    /// [`GatherFuture::with_deadline`]: crate::GatherFuture::with_deadline
+    /// [`Source::with_timeout`]: crate::Source::with_timeout
+    TimedOut {
+        /// What was being done.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// The time from the gather call to its deadline.
+        after: std::time::Duration,
+        /// Requested rows or ranges not read whole by the deadline.
+        unread: u64,
+        /// Rows or ranges requested.
+        requested: u64,
+        /// `"rows"` or `"ranges"`.
+        what: &'static str,
+    },
     /// A backend broke the read protocol (it reported an extent it never claimed, or one twice).
     /// The gather fails instead of returning bytes no read wrote; this is a bug in the backend.
     Protocol {
@@ -230,6 +251,9 @@ impl fmt::Display for Error {
             Error::Abandoned { op, path } => {
                 write!(f, "{op} {path:?}: the backend shut down before the operation finished")
             }
+            Error::TimedOut { op, path, after, unread, requested, what } => {
+                write!(f, "{op} {path:?}: timed out after {after:?} with {unread} of {requested} {what} unread")
+            }
             Error::Protocol { path, message } => {
                 write!(f, "reading {path:?}: the backend broke the read protocol: {message}")
             }
@@ -277,6 +301,7 @@ impl Error {
             Error::WriteFailed { failures, .. } => failures.first().map_or(io::ErrorKind::Other, |f| f.error.kind()),
             Error::Panicked { .. } | Error::Abandoned { .. } | Error::Protocol { .. } => io::ErrorKind::Other,
             Error::Closed { .. } => io::ErrorKind::BrokenPipe,
+            Error::TimedOut { .. } => io::ErrorKind::TimedOut,
         }
     }
 
@@ -332,6 +357,14 @@ impl Error {
                 message: message.clone(),
             },
             Error::Abandoned { op, path } => Error::Abandoned { op: *op, path: path.clone() },
+            Error::TimedOut { op, path, after, unread, requested, what } => Error::TimedOut {
+                op: *op,
+                path: path.clone(),
+                after: *after,
+                unread: *unread,
+                requested: *requested,
+                what,
+            },
             Error::Protocol { path, message } => Error::Protocol { path: path.clone(), message: message.clone() },
             Error::Closed { path } => Error::Closed { path: path.clone() },
             Error::Unavailable { backend, reason, source } => {

@@ -7,10 +7,19 @@
 //! [`GatherFuture`] never starts anything: it only waits for the job to settle.
 //!
 //! # What dropping the future does
-//! It cancels the job: no further extent is issued. Reads already issued keep their staging slots
-//! and the output buffer alive (both are owned by the in-flight party, not by the future) until
-//! their completions are observed; only then do the slots return to the pool. Nothing the kernel
-//! or a worker still writes is ever freed or handed to the next gather.
+//! It cancels the job: no further extent is issued, and a backend that can cancel reads in flight
+//! is asked to (the io_uring lanes send `IORING_OP_ASYNC_CANCEL`). Reads already issued keep their
+//! staging slots and the output buffer alive (both are owned by the in-flight party, not by the
+//! future) until their completions are observed; only then do the slots return to the pool.
+//! Nothing the kernel or a worker still writes is ever freed or handed to the next gather.
+//!
+//! # Deadlines
+//! A gather can carry a deadline ([`GatherFuture::with_deadline`], [`GatherFuture::with_timeout`],
+//! or [`Source::with_timeout`] for every gather of a source). When it passes, the job is cancelled
+//! as if its future were dropped, and the future resolves at once with [`Error::TimedOut`],
+//! naming how many rows were not read, without waiting for the reads still in flight: they
+//! return their slots when they complete, as above. A process-wide thread, `eagerio-deadlines`,
+//! started by the first deadline, wakes the future at its deadline.
 //!
 //! # The party protocol
 //! A job is settled when no [`JobHandle`] is left. The `gather` call holds one while it submits;
@@ -31,6 +40,7 @@ use std::{
 
 use bytes::{Bytes, BytesMut};
 
+use crate::deadline::{Expire, Ticket};
 use crate::error::{Error, Op, Result, Target};
 use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::{Plan, PlanOptions};
@@ -89,15 +99,31 @@ unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
 /// Where one extent of a job stands. Kept as a byte per extent; only [`JobHandle`] moves it, and
-/// only forward: `UNCLAIMED -> CLAIMED -> DONE`. An extent served from the page cache starts
-/// `DONE`.
+/// only forward: `UNCLAIMED -> CLAIMED -> DONE`, or `CLAIMED -> FAILED` for a read that failed
+/// or came back short. An extent served from the page cache starts `DONE`.
 struct ExtentState;
 
 impl ExtentState {
     const UNCLAIMED: u8 = 0;
     const CLAIMED: u8 = 1;
     const DONE: u8 = 2;
+    const FAILED: u8 = 3;
 }
+
+/// Whether a job's future still waits for it, kept in `GatherJob::ending`. Moves once, from
+/// `LIVE` to one of the others.
+struct Ending;
+
+impl Ending {
+    const LIVE: u8 = 0;
+    /// The future was dropped.
+    const DROPPED: u8 = 1;
+    /// The deadline passed; the future resolves with [`Error::TimedOut`].
+    const TIMED_OUT: u8 = 2;
+}
+
+/// Run when a job ends early, by [`JobHandle::on_cancel`].
+type Canceller = Box<dyn FnOnce() + Send>;
 
 /// The shared state of one gather: the plan, the output, the progress and the first error.
 pub struct GatherJob {
@@ -117,7 +143,12 @@ pub struct GatherJob {
     parties: AtomicUsize,
     /// Set by the last party after the statistics are final; the future waits for this.
     settled: AtomicBool,
-    cancelled: AtomicBool,
+    /// An [`Ending`]: whether the future still waits.
+    ending: AtomicU8,
+    /// What to run when the job ends early (dropped unrun with the job).
+    cancellers: Mutex<Vec<Canceller>>,
+    /// The deadline, in ns since `started` (`u64::MAX`: none), for [`Error::TimedOut`].
+    deadline_ns: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
     waker: Mutex<Option<Waker>>,
@@ -204,7 +235,8 @@ impl GatherJob {
             let queue = (first != u64::MAX)
                 .then(|| Duration::from_nanos(first.saturating_sub(self.handed_off_ns.load(relaxed))));
             s.record_times(submit, queue, total);
-            s.record(&self.stats(), self.failed.load(Ordering::Acquire));
+            let ended = self.ending.load(Ordering::Acquire) == Ending::TIMED_OUT;
+            s.record(&self.stats(), self.failed.load(Ordering::Acquire) || ended);
         }
         // Release: a future that sees `settled` sees the final statistics and every party's
         // writes to the output (each party's drop was AcqRel on `parties`, before this).
@@ -215,7 +247,53 @@ impl GatherJob {
         }
     }
 
+    /// Ends the job early (`how` is [`Ending::DROPPED`] or [`Ending::TIMED_OUT`]): no further
+    /// extent is claimed, and the backend's cancellers run. Whether this call ended it.
+    fn end(&self, how: u8) -> bool {
+        if self.ending.compare_exchange(Ending::LIVE, how, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        let cancellers = std::mem::take(&mut *lock(&self.cancellers));
+        for cancel in cancellers {
+            cancel();
+        }
+        true
+    }
+
+    /// [`Error::TimedOut`] if the deadline passed before every extent was read, counting the
+    /// requests with a byte in an extent not read (whether unclaimed, in flight, cancelled or
+    /// failed).
+    fn timed_out(&self) -> Option<Error> {
+        if self.ending.load(Ordering::Acquire) != Ending::TIMED_OUT {
+            return None;
+        }
+        let mut unread = vec![false; self.plan.requests()];
+        for (i, state) in self.extent_states.iter().enumerate() {
+            if state.load(Ordering::Acquire) != ExtentState::DONE {
+                for p in self.plan.pieces(i) {
+                    unread[p.request as usize] = true;
+                }
+            }
+        }
+        let unread = unread.iter().filter(|&&u| u).count() as u64;
+        (unread > 0).then(|| Error::TimedOut {
+            op: Op::Read,
+            path: self.path.to_path_buf(),
+            after: Duration::from_nanos(self.deadline_ns.load(Ordering::Relaxed)),
+            unread,
+            requested: self.plan.requests() as u64,
+            what: match self.targets {
+                Targets::Rows(_) => "rows",
+                Targets::Ranges => "ranges",
+            },
+        })
+    }
+
     fn take_output(&self) -> Result<Bytes> {
+        // A read cancelled at the deadline fails with `ECANCELED`: the deadline is the cause.
+        if let Some(e) = self.timed_out() {
+            return Err(e);
+        }
         if let Some(e) = lock(&self.error).take() {
             return Err(e);
         }
@@ -235,6 +313,16 @@ impl GatherJob {
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
         })
+    }
+}
+
+impl Expire for GatherJob {
+    fn expire(&self) {
+        if self.end(Ending::TIMED_OUT) {
+            if let Some(w) = lock(&self.waker).take() {
+                wake(w);
+            }
+        }
     }
 }
 
@@ -294,9 +382,24 @@ impl JobHandle {
         &self.job.path
     }
 
-    /// Whether further extents should still be issued (not cancelled, not failed).
+    /// Whether further extents should still be issued (not cancelled, not timed out, not
+    /// failed).
     pub fn is_live(&self) -> bool {
-        !self.job.cancelled.load(Ordering::Relaxed) && !self.job.failed.load(Ordering::Relaxed)
+        self.job.ending.load(Ordering::Relaxed) == Ending::LIVE && !self.job.failed.load(Ordering::Relaxed)
+    }
+
+    /// Runs `cancel` when the job ends early, its future dropped or its deadline passed (at once,
+    /// on this thread, if it already has): for a backend that can stop reads already issued. It
+    /// runs on the thread that ends the job (the future's, or the deadline watcher), so it should
+    /// only signal the backend. Dropped unrun with the job if it never ends early.
+    pub fn on_cancel(&self, cancel: impl FnOnce() + Send + 'static) {
+        let mut cancellers = lock(&self.job.cancellers);
+        if self.job.ending.load(Ordering::Acquire) == Ending::LIVE {
+            cancellers.push(Box::new(cancel));
+        } else {
+            drop(cancellers);
+            cancel();
+        }
     }
 
     /// Claims the next extent to read, or `None` when all are claimed or the job was cancelled
@@ -348,7 +451,10 @@ impl JobHandle {
             Ordering::Relaxed,
             Ordering::Relaxed,
         ) {
-            let what = if state == ExtentState::DONE { "completed twice" } else { "completed but never claimed" };
+            let what = match state {
+                ExtentState::DONE | ExtentState::FAILED => "completed twice",
+                _ => "completed but never claimed",
+            };
             return self.fail(Error::Protocol {
                 path: job.path.to_path_buf(),
                 message: format!("extent {extent} (offset {}) was {what}", e.offset),
@@ -363,6 +469,7 @@ impl JobHandle {
         let got = match result {
             Ok(n) => n,
             Err(source) => {
+                job.extent_states[extent].store(ExtentState::FAILED, Ordering::Relaxed);
                 let first = job.plan.pieces(extent)[0];
                 return self.fail(Error::Io {
                     op: Op::Read,
@@ -375,6 +482,7 @@ impl JobHandle {
         };
         job.bytes_read.fetch_add(got as u64, Ordering::Relaxed);
         if got < e.needed as usize {
+            job.extent_states[extent].store(ExtentState::FAILED, Ordering::Relaxed);
             let p = job.plan.pieces(extent).iter().find(|p| (p.extent_offset + p.len) as usize > got);
             let p = p.expect("a piece needs bytes past a short read");
             let (offset, wanted) = job.requests[p.request as usize];
@@ -426,6 +534,95 @@ impl JobHandle {
     }
 }
 
+/// Where a party stands with one job: see [`JobClaims`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimPhase {
+    /// Claiming extents as slots free up.
+    Claiming,
+    /// Nothing left to claim (all claimed, or the job failed or ended): waiting for the reads in
+    /// flight.
+    Draining,
+    /// The job ended early and the party asked for its reads in flight to be cancelled; waiting
+    /// for them.
+    Cancelling,
+}
+
+/// One party's account of a job it serves: the extents it claimed and the reads it has in flight,
+/// kept by a backend beside the job's [`JobHandle`] (the io_uring lane and the glommio lane keep
+/// one per job). The party may drop its handle once [`is_drained`](Self::is_drained).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobClaims {
+    phase: ClaimPhase,
+    in_flight: usize,
+    claimed: usize,
+}
+
+impl Default for JobClaims {
+    fn default() -> Self {
+        JobClaims { phase: ClaimPhase::Claiming, in_flight: 0, claimed: 0 }
+    }
+}
+
+impl JobClaims {
+    /// Claims the next extent of `job` for a read about to be issued ([`JobHandle::next_extent`]),
+    /// counting it in flight; `None`, and the phase moves to `Draining`, once there is none.
+    pub fn claim(&mut self, job: &JobHandle) -> Option<usize> {
+        if self.phase != ClaimPhase::Claiming {
+            return None;
+        }
+        let Some(extent) = job.next_extent() else {
+            self.phase = ClaimPhase::Draining;
+            return None;
+        };
+        self.in_flight += 1;
+        self.claimed += 1;
+        Some(extent)
+    }
+
+    /// A read this party claimed has completed (and was reported to `job`). A job that is no
+    /// longer live stops claiming.
+    pub fn completed(&mut self, job: &JobHandle) {
+        self.in_flight -= 1;
+        if self.phase == ClaimPhase::Claiming && !job.is_live() {
+            self.phase = ClaimPhase::Draining;
+        }
+    }
+
+    /// The job ended early: stop claiming. Whether this is the first call, i.e. whether the
+    /// caller should now cancel the reads in flight.
+    pub fn cancel(&mut self) -> bool {
+        let first = self.phase != ClaimPhase::Cancelling;
+        self.phase = ClaimPhase::Cancelling;
+        first
+    }
+
+    /// Where the party stands.
+    pub fn phase(&self) -> ClaimPhase {
+        self.phase
+    }
+
+    /// Whether the party may claim more.
+    pub fn is_claiming(&self) -> bool {
+        self.phase == ClaimPhase::Claiming
+    }
+
+    /// Nothing left to claim and no read in flight: the party may drop its handle.
+    pub fn is_drained(&self) -> bool {
+        self.phase != ClaimPhase::Claiming && self.in_flight == 0
+    }
+
+    /// Reads this party has in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Extents of `job` this party has not claimed (an upper bound on what is left when several
+    /// parties claim from one job).
+    pub fn unclaimed(&self, job: &JobHandle) -> usize {
+        job.plan().extents().len().saturating_sub(self.claimed)
+    }
+}
+
 /// The wait for an eagerly started gather. Resolves to the gathered bytes in request order.
 ///
 /// The reads were submitted when the gather call returned this future; polling only waits.
@@ -434,8 +631,9 @@ impl JobHandle {
 ///
 /// # Errors
 /// The first error of the job: [`Error::Io`] naming the row and offset, [`Error::ShortRead`]
-/// naming the row, offset and file, [`Error::Panicked`] if a worker panicked, or
-/// [`Error::Abandoned`] if the backend shut down.
+/// naming the row, offset and file, [`Error::Panicked`] if a worker panicked,
+/// [`Error::TimedOut`] if its deadline passed first, or [`Error::Abandoned`] if the backend shut
+/// down.
 #[must_use = "the reads run anyway; dropping the future discards their result"]
 pub struct GatherFuture<T> {
     job: Option<Arc<GatherJob>>,
@@ -445,6 +643,8 @@ pub struct GatherFuture<T> {
     /// What a future not backed by a job yields ([`ready`](Self::ready),
     /// [`from_future`](Self::from_future)).
     other: Other<T>,
+    /// The deadline, and its registration with the watcher thread.
+    deadline: Option<(Instant, Option<Ticket>)>,
 }
 
 /// The value of a [`GatherFuture`] that no job of this crate serves.
@@ -478,6 +678,7 @@ impl<T> GatherFuture<T> {
             settled: GatherStats::default(),
             finish: unreachable_finish,
             other: Other::Ready(Some(value)),
+            deadline: None,
         }
     }
 
@@ -491,6 +692,38 @@ impl<T> GatherFuture<T> {
             settled: GatherStats::default(),
             finish: unreachable_finish,
             other: Other::Future(std::sync::Mutex::new(Box::pin(fut))),
+            deadline: None,
+        }
+    }
+
+    /// Gives the gather a deadline: if it has not finished by `at`, its queued reads are dropped,
+    /// its reads in flight are cancelled where the backend can, and the future resolves with
+    /// [`Error::TimedOut`] at once (see the [module docs](self)). A deadline already past ends the
+    /// gather now, on this thread. Replaces an earlier deadline. No effect on a gather already
+    /// finished, or on a future not backed by a job ([`ready`](Self::ready),
+    /// [`from_future`](Self::from_future)).
+    pub fn with_deadline(mut self, at: Instant) -> GatherFuture<T> {
+        let Some(job) = self.job.clone() else { return self };
+        if job.settled.load(Ordering::Acquire) {
+            return self;
+        }
+        if let Some((_, Some(ticket))) = self.deadline.take() {
+            crate::deadline::cancel(ticket);
+        }
+        let after = at.saturating_duration_since(job.started);
+        job.deadline_ns.store(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.deadline = Some((at, register_deadline(&job, at)));
+        self
+    }
+
+    /// [`with_deadline`](Self::with_deadline) at `timeout` after the gather call.
+    pub fn with_timeout(self, timeout: Duration) -> GatherFuture<T> {
+        match &self.job {
+            Some(job) => {
+                let at = job.started + timeout;
+                self.with_deadline(at)
+            }
+            None => self,
         }
     }
 
@@ -535,22 +768,56 @@ impl<T> Future for GatherFuture<T> {
             };
         };
         if !job.settled.load(Ordering::Acquire) {
+            if self.deadline.is_some_and(|(at, _)| Instant::now() >= at) {
+                job.expire();
+            }
             *lock(&job.waker) = Some(cx.waker().clone());
             if !job.settled.load(Ordering::Acquire) {
-                return Poll::Pending;
+                // Timed out with reads in flight: they own the output until they complete, and
+                // the future resolves without it.
+                let Some(timed_out) = job.timed_out() else { return Poll::Pending };
+                self.settled = job.stats();
+                self.job = None;
+                self.forget_deadline();
+                return Poll::Ready(Err(timed_out));
             }
         }
         let job = self.job.take().expect("checked above");
+        self.forget_deadline();
         self.settled = job.stats();
         let finish = self.finish;
         Poll::Ready(job.take_output().map(|b| finish(b, &job)))
     }
 }
 
+impl<T> GatherFuture<T> {
+    fn forget_deadline(&mut self) {
+        if let Some((_, Some(ticket))) = self.deadline.take() {
+            crate::deadline::cancel(ticket);
+        }
+    }
+}
+
+/// Registers `job` with the deadline watcher, or ends it now if `at` is past.
+fn register_deadline(job: &Arc<GatherJob>, at: Instant) -> Option<Ticket> {
+    if at <= Instant::now() {
+        job.expire();
+        return None;
+    }
+    #[cfg(not(eagerio_loom))]
+    {
+        let weak: std::sync::Weak<GatherJob> = Arc::downgrade(job);
+        Some(crate::deadline::register(at, weak))
+    }
+    #[cfg(eagerio_loom)]
+    None
+}
+
 impl<T> Drop for GatherFuture<T> {
     fn drop(&mut self) {
+        self.forget_deadline();
         if let Some(job) = &self.job {
-            job.cancelled.store(true, Ordering::Relaxed);
+            job.end(Ending::DROPPED);
         }
     }
 }
@@ -578,6 +845,7 @@ pub struct Source<E> {
     opts: PlanOptions,
     stats: StdArc<SourceStats>,
     residency: Option<StdArc<Residency>>,
+    timeout: Option<Duration>,
 }
 
 /// Default read-amplification bound: two extents closer than this are read as one.
@@ -589,7 +857,7 @@ impl<E: ReadEngine> Source<E> {
         let info = engine.info();
         let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
         let stats = StdArc::new(SourceStats::new(&info.path));
-        Source { engine, opts, stats, residency: None }
+        Source { engine, opts, stats, residency: None, timeout: None }
     }
 
     /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
@@ -633,6 +901,15 @@ impl<E: ReadEngine> Source<E> {
     /// Sets the largest hole read to join two extents (the read-amplification bound).
     pub fn with_max_gap(mut self, max_gap: u64) -> Source<E> {
         self.opts.max_gap = max_gap;
+        self
+    }
+
+    /// Gives every gather of this source a deadline `timeout` after its call
+    /// ([`GatherFuture::with_timeout`]); a gather still running then resolves with
+    /// [`Error::TimedOut`]. A gather's own [`with_deadline`](GatherFuture::with_deadline)
+    /// replaces it.
+    pub fn with_timeout(mut self, timeout: Duration) -> Source<E> {
+        self.timeout = Some(timeout);
         self
     }
 
@@ -758,7 +1035,9 @@ impl<E: ReadEngine> Source<E> {
             completed: AtomicUsize::new(done),
             parties: AtomicUsize::new(1),
             settled: AtomicBool::new(false),
-            cancelled: AtomicBool::new(false),
+            ending: AtomicU8::new(Ending::LIVE),
+            cancellers: Mutex::new(Vec::new()),
+            deadline_ns: AtomicU64::new(u64::MAX),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             waker: Mutex::new(None),
@@ -784,7 +1063,17 @@ impl<E: ReadEngine> Source<E> {
         });
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
-        Ok(GatherFuture { job: Some(job), settled: GatherStats::default(), finish, other: Other::None })
+        let fut = GatherFuture {
+            job: Some(job),
+            settled: GatherStats::default(),
+            finish,
+            other: Other::None,
+            deadline: None,
+        };
+        Ok(match self.timeout {
+            Some(timeout) => fut.with_deadline(started + timeout),
+            None => fut,
+        })
     }
 }
 
@@ -839,6 +1128,13 @@ impl<E: ReadEngine> RowTable<E> {
             return Err(Error::invalid_option("rows", format!("{rows} rows of {} bytes overflow", layout.row_size)));
         }
         Ok(RowTable { source, base: layout.base, row_size: layout.row_size, rows })
+    }
+
+    /// Gives every gather of this table a deadline `timeout` after its call
+    /// ([`Source::with_timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> RowTable<E> {
+        self.source = self.source.with_timeout(timeout);
+        self
     }
 
     /// The source underneath.

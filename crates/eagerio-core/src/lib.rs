@@ -27,6 +27,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
 
+mod deadline;
 pub mod error;
 pub mod fault;
 pub mod gather;
@@ -53,7 +54,7 @@ pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};
 /// job's handle, the planner's types, the staging pool and the per-source statistics. The
 /// modules [`sys`], [`residency`], [`fault`] and [`mem`] are for backends (and tests) too.
 pub mod backend {
-    pub use crate::gather::{JobHandle, ReadEngine};
+    pub use crate::gather::{ClaimPhase, JobClaims, JobHandle, ReadEngine};
     pub use crate::plan::{Extent, Piece, Plan, PlanOptions};
     pub use crate::sink::{SyncOp, WriteEngine, WriteOp};
     pub use crate::staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};

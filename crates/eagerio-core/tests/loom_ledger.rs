@@ -273,6 +273,36 @@ fn dropped_future_then_gather() {
     });
 }
 
+/// (c'') A gather whose deadline passes while its worker reads (a deadline already past, set
+/// right after the call: under loom there is no watcher thread). The future resolves with
+/// `TimedOut` without waiting for them; their slots stay leased until their reads complete, and
+/// the next gather, contending for the one slot, is correct.
+#[test]
+fn timed_out_gather_then_gather() {
+    explore(|| {
+        let data = file(FILE_LEN);
+        let staging = Staging::new(SLOT, SLOT).unwrap();
+        let engine = KernelEngine::new(data.clone(), staging.clone());
+        let source = Source::new(engine).with_max_gap(0);
+
+        source.engine().serve(1, Fault::None);
+        let first = source.gather_ranges(FIRST).unwrap();
+        let past = std::time::Instant::now() - std::time::Duration::from_secs(1);
+        match loom::future::block_on(first.with_deadline(past)) {
+            Err(Error::TimedOut { requested: 2, unread, .. }) => assert!(unread <= 2),
+            // Both reads finished before the deadline was set.
+            Ok(got) => check(&data, FIRST, got),
+            Err(e) => panic!("unexpected error: {e:?}"),
+        }
+
+        source.engine().serve(1, Fault::None);
+        check(&data, SECOND, loom::future::block_on(source.gather_ranges(SECOND).unwrap()).unwrap());
+        source.engine().join_all();
+        assert!(staging.is_full(), "a slot leaked");
+        assert_eq!(staging.free_slots(), staging.slots(), "a slot was handed back twice");
+    });
+}
+
 /// (c') Issue 16 (11): a gather that fails while another of its reads is still in the kernel
 /// resolves only once that read has completed: when its error is seen, every slot it used is back
 /// and its statistics are recorded. A future that resolved on the failure alone would be caught

@@ -30,8 +30,12 @@
 //! when `gather` returns and complete while the caller awaits something else, never having
 //! polled the gather future. Writes and syncs of a [`GlommioWriter`] are queued the same way.
 //!
-//! # What dropping a future does
-//! A dropped gather stops issuing extents. Its reads already queued keep their slots (and the
+//! # What dropping a future does, and deadlines
+//! A dropped gather, or one past its deadline
+//! ([`GatherFuture::with_timeout`](eagerio_core::GatherFuture::with_timeout)), stops issuing
+//! extents; a timed-out future resolves at its deadline with
+//! [`Error::TimedOut`](eagerio_core::Error::TimedOut), on the executor, which must be free to
+//! poll it. Its reads already queued keep their slots (and the
 //! job keeps its output buffer) until their completions arrive; only then are the slots given
 //! to the next extent. A gather also settles only after every read issued before its last one,
 //! by any gather of the same file, has completed: once a gather has resolved, no read of an

@@ -10,9 +10,12 @@
 //! starve a small one, reads it with `pread` into a staging slot and copies the rows out.
 //! [`eagerio_core::Sink`] writes are spawned at call time.
 //!
-//! # What dropping a future does
-//! A dropped gather stops issuing extents; workers finish the `pread` they are in, release their
-//! slots, and exit. A dropped write still runs; its failure is reported by the next flush.
+//! # What dropping a future does, and deadlines
+//! A dropped gather stops issuing extents; workers finish the `pread` they are in (a `pread`
+//! cannot be cancelled), release their slots, and exit. A gather past its deadline
+//! ([`GatherFuture::with_timeout`](eagerio_core::GatherFuture::with_timeout)) stops the same way
+//! and its future resolves at the deadline with
+//! [`Error::TimedOut`](eagerio_core::Error::TimedOut), without waiting for those `pread`s. A dropped write still runs; its failure is reported by the next flush.
 //!
 //! # Direct I/O
 //! With [`DirectIo::Auto`] (the default) the file is opened with `O_DIRECT` where the filesystem
