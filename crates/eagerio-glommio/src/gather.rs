@@ -17,7 +17,7 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobHandle, ReadEngine},
+    backend::{JobClaims, JobHandle, ReadEngine},
     fault::{self, Action, Hook, IoKind, IoPoint},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
@@ -60,10 +60,17 @@ impl Default for GlommioOptions {
 /// One job in the lane's queue.
 struct Entry {
     handle: JobHandle,
-    /// Reads of this job holding a slot.
-    in_flight: Cell<usize>,
-    /// `next_extent` said `None`: every extent is claimed, or the job was cancelled or failed.
-    exhausted: Cell<bool>,
+    /// The extents this lane claimed and its reads holding a slot.
+    claims: Cell<JobClaims>,
+}
+
+impl Entry {
+    fn claims(&self, f: impl FnOnce(&mut JobClaims) -> Option<usize>) -> Option<usize> {
+        let mut claims = self.claims.get();
+        let out = f(&mut claims);
+        self.claims.set(claims);
+        out
+    }
 }
 
 #[derive(Default)]
@@ -242,7 +249,7 @@ impl ReadEngine for GlommioEngine {
     /// Queues the job and issues reads into every free slot before returning; each is polled
     /// once here, which puts its request on the executor's submission queue.
     fn submit(&self, job: JobHandle) {
-        let entry = Rc::new(Entry { handle: job, in_flight: Cell::new(0), exhausted: Cell::new(false) });
+        let entry = Rc::new(Entry { handle: job, claims: Cell::new(JobClaims::default()) });
         self.lane.st.borrow_mut().jobs.push_back(entry);
         self.lane.fill();
     }
@@ -294,18 +301,10 @@ impl Lane {
                 if st.in_flight >= self.depth {
                     break;
                 }
-                let Some(entry) = st.jobs.iter().find(|e| !e.exhausted.get()).cloned() else { break };
-                match entry.handle.next_extent() {
-                    None => {
-                        entry.exhausted.set(true);
-                        continue;
-                    }
-                    Some(i) => {
-                        st.in_flight += 1;
-                        entry.in_flight.set(entry.in_flight.get() + 1);
-                        (entry, i)
-                    }
-                }
+                let Some(entry) = st.jobs.iter().find(|e| e.claims.get().is_claiming()).cloned() else { break };
+                let Some(i) = entry.claims(|c| c.claim(&entry.handle)) else { continue };
+                st.in_flight += 1;
+                (entry, i)
             };
             self.issue(next.0, next.1);
         }
@@ -317,7 +316,7 @@ impl Lane {
         let done: Vec<Rc<Entry>> = {
             let mut st = self.st.borrow_mut();
             let mut done = Vec::new();
-            while st.jobs.front().is_some_and(|e| e.exhausted.get() && e.in_flight.get() == 0) {
+            while st.jobs.front().is_some_and(|e| e.claims.get().is_drained()) {
                 done.extend(st.jobs.pop_front());
             }
             done
@@ -328,7 +327,10 @@ impl Lane {
 
     fn release(&self, entry: &Entry) {
         self.st.borrow_mut().in_flight -= 1;
-        entry.in_flight.set(entry.in_flight.get() - 1);
+        entry.claims(|c| {
+            c.completed(&entry.handle);
+            None
+        });
     }
 
     /// Starts extent `i` of `entry` (its slot is already counted).

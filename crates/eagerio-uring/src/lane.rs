@@ -24,6 +24,16 @@
 //! `Completing`, after the copy-out returned or panicked, drops the lease and makes the slot
 //! `Free`. There is no path from `InFlight` to `Free` that does not pass a reaped completion:
 //! errors, short reads, copy-out panics and cancelled jobs all go through [`LaneCore::reap`].
+//!
+//! # Cancellation
+//! When a gather ends early (its future dropped, its deadline passed) the job's canceller marks
+//! the lane's [`Signal`] and wakes it. The lane stops claiming the job's extents and, where the
+//! ring can ([`Ring::can_cancel`]), sends one `ASYNC_CANCEL` per read of the job in flight. A
+//! cancelled read still completes (with `ECANCELED`, or with its bytes if it won the race), and
+//! only that completion frees its slot, as above. Tags carry a generation beside the table index,
+//! so a cancel that arrives late can only miss: it never names a later read that reuses the
+//! index.
+//!
 //! When the lane stops (or its loop unwinds), [`Drop`] waits for every in-flight operation to
 //! complete before the staging or the ring can be freed; if the ring can no longer be waited
 //! on, the leases are leaked rather than freed.
@@ -41,7 +51,7 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobHandle, SlotLease, Staging, SyncOp, WriteEngine, WriteOp},
+    backend::{JobClaims, JobHandle, SlotLease, Staging, SyncOp, WriteEngine, WriteOp},
     fault::{self, Action, Hook, IoKind, IoPoint},
     loom::{lock, AtomicUsize, Mutex, Ordering},
     Error, Op,
@@ -95,6 +105,14 @@ pub enum Sqe {
         /// The file.
         file: FileRef,
     },
+    /// Cancel the operation tagged `target` (`IORING_OP_ASYNC_CANCEL`), if it is still in flight.
+    /// Only queued where [`Ring::can_cancel`].
+    Cancel {
+        /// Completion tag of the cancel itself.
+        tag: u64,
+        /// The tag of the operation to cancel.
+        target: u64,
+    },
 }
 
 /// The kernel side of a lane: a submission queue, a completion queue and a way to wait.
@@ -116,6 +134,26 @@ pub trait Ring {
     /// Clears `file`'s entry from the table (no operation on it is queued or in flight).
     fn forget_file(&mut self, file: FileRef) {
         let _ = file;
+    }
+    /// Whether the ring takes [`Sqe::Cancel`]. The default cannot: cancelled gathers then only
+    /// stop claiming, and their reads in flight run to completion.
+    fn can_cancel(&self) -> bool {
+        false
+    }
+}
+
+/// How a lane's users reach its thread: the wake-up, and the flag that some gather on it ended
+/// early.
+pub struct Signal {
+    notify: Box<dyn Notify>,
+    cancelled: atomic::AtomicBool,
+}
+
+impl Signal {
+    /// Some gather of the lane was cancelled or timed out: look for its reads in flight.
+    fn cancel(&self) {
+        self.cancelled.store(true, atomic::Ordering::Release);
+        self.notify.notify();
     }
 }
 
@@ -248,7 +286,7 @@ struct InboxState<W: WriteEngine> {
 /// The queue between the lane's users and its thread.
 pub struct Inbox<W: WriteEngine> {
     state: Mutex<InboxState<W>>,
-    notify: Box<dyn Notify>,
+    signal: Arc<Signal>,
     /// Extents of gathers queued or active on this lane (for choosing a lane).
     load: AtomicUsize,
 }
@@ -258,7 +296,7 @@ impl<W: WriteEngine> Inbox<W> {
     pub fn new(notify: Box<dyn Notify>) -> Inbox<W> {
         Inbox {
             state: Mutex::new(InboxState { work: VecDeque::new(), phase: Phase::Open }),
-            notify,
+            signal: Arc::new(Signal { notify, cancelled: atomic::AtomicBool::new(false) }),
             load: AtomicUsize::new(0),
         }
     }
@@ -273,10 +311,12 @@ impl<W: WriteEngine> Inbox<W> {
         }
         if let Work::Gather(job, _) = &work {
             self.load.fetch_add(job.plan().extents().len(), Ordering::Relaxed);
+            let signal = self.signal.clone();
+            job.on_cancel(move || signal.cancel());
         }
         st.work.push_back(work);
         drop(st);
-        self.notify.notify();
+        self.signal.notify.notify();
     }
 
     /// Marks the lane stopped for good: queued and future work fails with `why`.
@@ -298,7 +338,7 @@ impl<W: WriteEngine> Inbox<W> {
             st.phase = Phase::Closing;
         }
         drop(st);
-        self.notify.notify();
+        self.signal.notify.notify();
     }
 
     /// Extents queued or active on this lane.
@@ -310,10 +350,17 @@ impl<W: WriteEngine> Inbox<W> {
 struct ActiveJob {
     handle: JobHandle,
     file: Arc<LaneFile>,
-    /// No extent left to claim (all claimed, or the job was cancelled or failed).
-    exhausted: bool,
-    in_flight: usize,
-    extents: usize,
+    claims: JobClaims,
+}
+
+impl ActiveJob {
+    /// Whether the job may claim one more read of a window of `depth` shared `share` each: a job
+    /// within its share may, and so may one with no more than `depth` extents left to claim. A
+    /// small gather beside a large one thus takes the few slots it needs at once instead of being
+    /// held to its share and queueing behind the large one's reads; only large gathers share.
+    fn may_claim(&self, share: usize, depth: usize) -> bool {
+        self.claims.is_claiming() && (self.claims.in_flight() < share || self.claims.unclaimed(&self.handle) <= depth)
+    }
 }
 
 /// A read the kernel owns: its slot's lease lives here until the completion is reaped.
@@ -340,6 +387,8 @@ enum InFlight<W: WriteEngine> {
     Read(ReadOp),
     Write(WriteInFlight<W>),
     Sync(SyncOp<W>, Arc<LaneFile>),
+    /// An `ASYNC_CANCEL`: it owns no buffer; its completion only frees its tag.
+    Cancel,
 }
 
 /// How a lane runs.
@@ -375,6 +424,8 @@ pub struct LaneCore<R: Ring, W: WriteEngine> {
     next_job: usize,
     writes: VecDeque<Work<W>>,
     inflight: Vec<Option<InFlight<W>>>,
+    /// Per `inflight` index, the generation of the tag it holds (see [`tag`](Self::tag)).
+    generations: Vec<u32>,
     free_tags: Vec<usize>,
     in_flight: usize,
     /// Completions taken off the ring and not yet handled.
@@ -398,6 +449,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             next_job: 0,
             writes: VecDeque::new(),
             inflight: Vec::new(),
+            generations: Vec::new(),
             free_tags: Vec::new(),
             in_flight: 0,
             reaped: VecDeque::new(),
@@ -417,7 +469,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     /// If the ring cannot be waited on; the caller drops the lane, which drains what it can.
     pub fn run(&mut self) -> io::Result<()> {
         loop {
-            self.take_inbox();
+            self.take_inbox()?;
             self.fill()?;
             if self.closed && self.is_idle() {
                 return Ok(());
@@ -429,7 +481,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
 
     /// One turn without blocking: take work, fill, submit, reap. For tests and models.
     pub fn turn(&mut self, wait: bool) -> io::Result<bool> {
-        self.take_inbox();
+        self.take_inbox()?;
         self.fill()?;
         if self.closed && self.is_idle() {
             return Ok(false);
@@ -443,17 +495,19 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         self.in_flight == 0 && self.writes.is_empty() && self.jobs.iter().all(Option::is_none)
     }
 
-    fn take_inbox(&mut self) {
+    fn take_inbox(&mut self) -> io::Result<()> {
         {
             let mut st = lock(&self.inbox.state);
             self.closed = !matches!(st.phase, Phase::Open);
             std::mem::swap(&mut st.work, &mut self.incoming);
         }
+        if self.inbox.signal.cancelled.swap(false, atomic::Ordering::AcqRel) {
+            self.cancel_reads()?;
+        }
         while let Some(w) = self.incoming.pop_front() {
             match w {
                 Work::Gather(handle, file) => {
-                    let extents = handle.plan().extents().len();
-                    let job = ActiveJob { handle, file, exhausted: false, in_flight: 0, extents };
+                    let job = ActiveJob { handle, file, claims: JobClaims::default() };
                     match self.jobs.iter().position(Option::is_none) {
                         Some(i) => self.jobs[i] = Some(job),
                         None => self.jobs.push(Some(job)),
@@ -467,20 +521,59 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 write => self.writes.push_back(write),
             }
         }
+        Ok(())
+    }
+
+    /// Sends `ASYNC_CANCEL` to every read in flight of the jobs that ended early, once per job.
+    /// Their completions come back as usual and free the slots.
+    fn cancel_reads(&mut self) -> io::Result<()> {
+        let mut ended = vec![false; self.jobs.len()];
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            if let Some(job) = job.as_mut().filter(|job| !job.handle.is_live()) {
+                ended[j] = job.claims.cancel() && job.claims.in_flight() > 0;
+            }
+        }
+        for j in 0..ended.len() {
+            self.retire(j);
+        }
+        if !self.ring.can_cancel() || !ended.contains(&true) {
+            return Ok(());
+        }
+        let targets: Vec<u64> = (self.inflight.iter().enumerate())
+            .filter_map(|(i, op)| match op {
+                Some(InFlight::Read(read)) if ended[read.job] => Some(self.tag_of(i)),
+                _ => None,
+            })
+            .collect();
+        for target in targets {
+            let tag = self.tag(InFlight::Cancel);
+            self.push(Sqe::Cancel { tag, target })?;
+        }
+        Ok(())
+    }
+
+    /// The tag of the operation at `inflight[index]`: its generation above the index, so that a
+    /// tag names one operation, not every one that reuses the index (`u64::MAX` stays free for
+    /// the ring's own use).
+    fn tag_of(&self, index: usize) -> u64 {
+        (u64::from(self.generations[index]) << 32) | index as u64
     }
 
     fn tag(&mut self, op: InFlight<W>) -> u64 {
         self.in_flight += 1;
-        match self.free_tags.pop() {
+        let index = match self.free_tags.pop() {
             Some(t) => {
                 self.inflight[t] = Some(op);
-                t as u64
+                self.generations[t] = (self.generations[t] + 1) & 0x7fff_ffff;
+                t
             }
             None => {
                 self.inflight.push(Some(op));
-                (self.inflight.len() - 1) as u64
+                self.generations.push(0);
+                self.inflight.len() - 1
             }
-        }
+        };
+        self.tag_of(index)
     }
 
     /// Queues `sqe`, submitting first if the queue is full.
@@ -520,7 +613,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         // room for one more: a newcomer then finds free slots and a device queue that is not full
         // of the large gather's reads, instead of queueing behind them (the tail latency of small
         // gathers beside a large one). Stop once a whole pass over the slots started no read.
-        let claiming = self.jobs.iter().flatten().filter(|job| !job.exhausted).count();
+        let claiming = self.jobs.iter().flatten().filter(|job| job.claims.is_claiming()).count();
         if claiming >= 2 {
             self.reserve_left = RESERVE_COMPLETIONS;
         }
@@ -530,21 +623,20 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         while self.in_flight < self.cfg.depth && stalled < self.jobs.len() {
             let j = self.next_job % self.jobs.len();
             self.next_job = self.next_job.wrapping_add(1);
-            let Some(job) = self.jobs[j].as_mut().filter(|job| !job.exhausted && job.in_flight < share) else {
+            let depth = self.cfg.depth;
+            let Some(job) = self.jobs[j].as_mut().filter(|job| job.may_claim(share, depth)) else {
                 stalled += 1;
                 continue;
             };
             let Some(mut lease) = self.staging.try_acquire() else { break };
-            let Some(extent) = job.handle.next_extent() else {
+            let Some(extent) = job.claims.claim(&job.handle) else {
                 // Free the slot before the job can settle (retiring drops the lane's party).
                 drop(lease);
-                job.exhausted = true;
                 self.retire(j);
                 stalled += 1;
                 continue;
             };
             stalled = 0;
-            job.in_flight += 1;
             job.file.leased.fetch_add(1, Ordering::AcqRel);
             let file = job.file.file;
             let e = job.handle.plan().extents()[extent];
@@ -564,8 +656,8 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     /// Drops the lane's party of job `j` once it has nothing left to claim or complete.
     fn retire(&mut self, j: usize) {
         if let Some(job) = &self.jobs[j] {
-            if job.exhausted && job.in_flight == 0 {
-                self.inbox.load.fetch_sub(job.extents, Ordering::Relaxed);
+            if job.claims.is_drained() {
+                self.inbox.load.fetch_sub(job.handle.plan().extents().len(), Ordering::Relaxed);
                 // Out of the table first: dropping the handle may settle the job and run the
                 // user's waker, and the lane's state must be whole whatever that does.
                 let job = self.jobs[j].take();
@@ -588,18 +680,22 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     /// already taken off the ring.
     fn handle_reaped(&mut self) {
         while let Some((tag, res)) = self.reaped.pop_front() {
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.complete(tag as usize, res))) {
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.complete(tag, res))) {
                 tracing::error!(lane = %self.cfg.name, panic = %eagerio_core::error::panic_message(&*payload),
                     "a panic while handling an io_uring completion was caught; the lane goes on");
             }
         }
     }
 
-    fn complete(&mut self, tag: usize, res: i32) {
-        let op = self.inflight[tag].take().expect("a completion for an operation in flight");
+    fn complete(&mut self, tag: u64, res: i32) {
+        let index = (tag & 0xffff_ffff) as usize;
+        assert_eq!(self.tag_of(index), tag, "a completion for an operation in flight");
+        let op = self.inflight[index].take().expect("a completion for an operation in flight");
         self.in_flight -= 1;
-        self.reserve_left = self.reserve_left.saturating_sub(1);
-        self.free_tags.push(tag);
+        self.free_tags.push(index);
+        if !matches!(op, InFlight::Cancel) {
+            self.reserve_left = self.reserve_left.saturating_sub(1);
+        }
         match op {
             InFlight::Read(read) => self.complete_read(read, res),
             InFlight::Write(write) => self.complete_write(write, res),
@@ -608,6 +704,8 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                 let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
                 op.complete(fault::failure(file.hook.as_ref(), point).and(result));
             }
+            // 0 (cancelled), -ENOENT (already completed) or -EALREADY (running, will complete).
+            InFlight::Cancel => {}
         }
     }
 
@@ -623,7 +721,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         let at = read.offset + u64::from(read.done);
         let active = self.jobs[read.job].as_mut().expect("a read's job is active");
         let short = res > 0 && read.done < read.len && at % active.file.align == 0;
-        if short || retry {
+        if (short || retry) && active.handle.is_live() {
             // Not at the end of the file: continue where the kernel stopped.
             let file = active.file.file;
             let ptr = read.lease.as_mut_ptr().wrapping_add(read.done as usize);
@@ -648,10 +746,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         }
         drop(lease);
         active.file.leased.fetch_sub(1, Ordering::AcqRel);
-        active.in_flight -= 1;
-        if !active.handle.is_live() {
-            active.exhausted = true;
-        }
+        active.claims.completed(&active.handle);
         self.retire(job);
     }
 
@@ -688,7 +783,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     /// Queues a continuation; if the ring can no longer take it, completes it as failed.
     fn push_or_fail(&mut self, sqe: Sqe, tag: u64) {
         if let Err(e) = self.push(sqe) {
-            self.complete(tag as usize, -e.raw_os_error().unwrap_or(libc::EIO));
+            self.complete(tag, -e.raw_os_error().unwrap_or(libc::EIO));
         }
     }
 
@@ -755,6 +850,7 @@ fn with_tag(sqe: Sqe, tag: u64) -> Sqe {
         Sqe::Read { file, slot, ptr, len, offset, .. } => Sqe::Read { tag, file, slot, ptr, len, offset },
         Sqe::Write { file, ptr, len, offset, .. } => Sqe::Write { tag, file, ptr, len, offset },
         Sqe::Sync { file, .. } => Sqe::Sync { tag, file },
+        Sqe::Cancel { target, .. } => Sqe::Cancel { tag, target },
     }
 }
 

@@ -20,13 +20,25 @@
 //! it (default 128); more lanes add depth. A lane serves the gathers it holds round robin, one
 //! read each in turn, so a gather of a million rows and one of a hundred progress side by side.
 //! A gather alone takes the whole window; while gathers overlap (and for 512 completions after)
-//! each takes at most `depth / (gathers + 1)`, which keeps room for the next small gather.
-//! Measured with `cargo run --release --example uring_lanes -- fairness`: 100-row gathers beside
-//! a 1,000,000-row one had p99 7.3 ms against 1.7 ms alone (9.4 ms with an even split and no
-//! reserve); the rest of the gap is the device's queue, which still holds the large gather's
-//! reads when a small one arrives.
+//! each takes at most `depth / (gathers + 1)`, which keeps room for the next small gather, and a
+//! gather with no more than `depth` reads left to claim is not held to that share: a small gather
+//! takes the slots it needs at once. Measured with `cargo run --release --example uring_lanes --
+//! fairness` (2 GiB table, cold 90 B rows): 100-row gathers beside a 1,000,000-row one had p99
+//! 3.7-4.6 ms against 1.0-1.4 ms alone (5.5-6.4 ms when small gathers were held to their share);
+//! the rest of the gap is the device's queue, which still holds the large gather's reads when a
+//! small one arrives.
 //! A gather runs on the least loaded lane unless it has at least `split_threshold` reads, in
 //! which case every lane pulls reads from it.
+//!
+//! # Cancellation and deadlines
+//! A gather whose future is dropped, or whose deadline passes
+//! ([`GatherFuture::with_timeout`](eagerio_core::GatherFuture::with_timeout)), stops claiming
+//! reads at once, and the lane sends `IORING_OP_ASYNC_CANCEL` for each of its reads in flight
+//! (the ring's probe must offer the opcode; without it they run to completion). A timed-out
+//! future resolves at the deadline with [`Error::TimedOut`](eagerio_core::Error::TimedOut), not
+//! when the reads end. A cancelled read still completes, with `ECANCELED` or, if it won the race,
+//! with its bytes, and only that completion frees its slot. `tests/loom_lane.rs` models a cancel
+//! racing the completion, then the next gather on the slot.
 //!
 //! # Staging and `RLIMIT_MEMLOCK`
 //! Staging is one budget per driver, split evenly between its lanes. By default it is

@@ -60,6 +60,8 @@ pub struct UringRing {
     eventfd: Arc<OwnedFd>,
     wake_buf: Box<u64>,
     wake_armed: bool,
+    /// The kernel has `IORING_OP_ASYNC_CANCEL`.
+    can_cancel: bool,
 }
 
 /// What the setup gives back besides the ring.
@@ -148,7 +150,16 @@ impl UringRing {
         // SAFETY: `efd` is a fresh descriptor nobody else owns.
         let eventfd = Arc::new(unsafe { OwnedFd::from_raw_fd(efd) });
         let mode = if registered_buffers { Mode::Registered } else { Mode::Unregistered };
-        let ring = UringRing { ring, fixed, registered_buffers, eventfd, wake_buf: Box::new(0), wake_armed: false };
+        let can_cancel = probe.is_supported(opcode::AsyncCancel::CODE);
+        let ring = UringRing {
+            ring,
+            fixed,
+            registered_buffers,
+            eventfd,
+            wake_buf: Box::new(0),
+            wake_armed: false,
+            can_cancel,
+        };
         Ok((ring, RingSetup { mode, reason, flags }))
     }
 
@@ -253,6 +264,7 @@ impl Ring for UringRing {
                 on_file!(self, file, |t| opcode::Fsync::new(t).flags(types::FsyncFlags::DATASYNC).build())
                     .user_data(tag)
             }
+            Sqe::Cancel { tag, target } => opcode::AsyncCancel::new(target).build().user_data(tag),
         };
         // SAFETY: the buffers an entry names stay valid until its completion is reaped: reads
         // target a staging slot whose lease the lane keeps in its in-flight table, writes the
@@ -268,6 +280,10 @@ impl Ring for UringRing {
             Ok(()) => self.fixed[id as usize] = true,
             Err(e) => tracing::debug!(error = %e, id, "io_uring: file not registered; using its descriptor"),
         }
+    }
+
+    fn can_cancel(&self) -> bool {
+        self.can_cancel
     }
 
     fn forget_file(&mut self, file: FileRef) {
@@ -342,5 +358,75 @@ impl Notify for EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid u64 to an eventfd we keep open.
         let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom)))]
+mod tests {
+    use std::{
+        os::fd::AsRawFd,
+        path::PathBuf,
+        sync::Arc,
+        time::{Duration, Instant},
+    };
+
+    use eagerio_core::{
+        backend::{JobHandle, ReadEngine, Staging},
+        mem::MemEngine,
+        Error, FileInfo, Source,
+    };
+
+    use super::{SetupFlags, UringRing};
+    use crate::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Work};
+
+    struct PipeEngine {
+        info: FileInfo,
+        inbox: Arc<Inbox<MemEngine>>,
+        file: Arc<LaneFile>,
+    }
+
+    impl ReadEngine for PipeEngine {
+        fn info(&self) -> &FileInfo {
+            &self.info
+        }
+
+        fn submit(&self, job: JobHandle) {
+            self.inbox.push(Work::Gather(job, self.file.clone()));
+        }
+    }
+
+    /// A read of an empty pipe waits in the kernel until data comes; none ever does here. Only
+    /// the lane's `ASYNC_CANCEL` at the deadline ends it, and only its completion returns the slot.
+    #[test]
+    fn a_read_waiting_in_the_kernel_is_cancelled_at_the_deadline() {
+        let (reader, _writer) = std::io::pipe().expect("pipe");
+        let staging = Staging::new(2 * 4096, 4096).unwrap();
+        // Plain setup: SINGLE_ISSUER would tie the ring to this thread, and the lane runs on another.
+        let (ring, _) = UringRing::new(4, SetupFlags::PLAIN, 0, Some(staging.region()), false)
+            .unwrap_or_else(|e| panic!("io_uring refused ({}): {}", e.what, e.source));
+        assert!(super::Ring::can_cancel(&ring), "the kernel lacks IORING_OP_ASYNC_CANCEL");
+        let inbox = Arc::new(Inbox::new(Box::new(ring.notifier())));
+        let cfg = LaneConfig { depth: 4, name: "cancel-test".into() };
+        let mut lane = LaneCore::new(ring, staging.clone(), inbox.clone(), cfg);
+        let thread = std::thread::spawn(move || lane.run().expect("the lane runs"));
+
+        let path = PathBuf::from("pipe");
+        let file = Arc::new(LaneFile::new(FileRef { id: None, fd: reader.as_raw_fd() }, 1, path.clone(), None));
+        let info = FileInfo { path, len: 1 << 20, align: 1, max_read: 4096 };
+        let source = Source::new(PipeEngine { info, inbox: inbox.clone(), file });
+        let fut = source
+            .gather_ranges(&[std::ops::Range { start: 0, end: 100 }])
+            .unwrap()
+            .with_timeout(Duration::from_millis(100));
+        let err = futures::executor::block_on(fut).expect_err("nothing was written to the pipe");
+        assert!(matches!(err, Error::TimedOut { unread: 1, requested: 1, .. }), "{err}");
+
+        let waited = Instant::now();
+        while !staging.is_full() {
+            assert!(waited.elapsed() < Duration::from_secs(20), "the cancelled read never returned its slot");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        inbox.close();
+        thread.join().unwrap();
     }
 }

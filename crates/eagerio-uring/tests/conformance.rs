@@ -29,6 +29,17 @@ mod registered {
     );
 }
 
+/// A gather past its deadline while the lane is held in a read's hook (not in the suite: see
+/// `deadline_slow_read_then_reuse`), on the shared driver and on two lanes.
+#[test]
+fn deadline_slow_read_then_reuse() {
+    let uring = Uring { opts: UringOptions::default, mode: Some(registered_mode()) };
+    block_on(eagerio_core::conformance::deadline_slow_read_then_reuse(&uring));
+    let two = || UringOptions { driver: Some(TWO_LANES.clone()), split_threshold: 2, ..Default::default() };
+    let uring = Uring { opts: two, mode: Some(registered_mode()) };
+    block_on(eagerio_core::conformance::deadline_slow_read_then_reuse(&uring));
+}
+
 mod unregistered {
     eagerio_core::conformance_suite!(
         super::Uring {

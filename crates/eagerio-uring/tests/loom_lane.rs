@@ -2,6 +2,9 @@
 //! code the lane thread runs, over a simulated ring whose "kernel" threads take submitted reads
 //! in any order, write into the staging slot the read names, and post the completion.
 //!
+//! The ring takes `ASYNC_CANCEL` as io_uring does at submission: a read no kernel thread has
+//! taken yet completes with `ECANCELED` (its slot unwritten), any other is left to finish.
+//!
 //! Every kernel write goes through the slot's loom-tracked cell, and so does the lane's
 //! copy-out, so a slot handed to a new read (or freed) while the kernel still writes it, or a
 //! slot given to two reads at once, is reported by loom as a concurrent access.
@@ -59,6 +62,8 @@ struct Read {
 #[derive(Default)]
 struct SimState {
     submitted: VecDeque<Read>,
+    /// Reads submitted so far.
+    issued: usize,
     completions: VecDeque<(u64, i32)>,
     woken: bool,
     stop: bool,
@@ -72,26 +77,45 @@ struct Sim {
 struct SimRing {
     sim: Arc<Sim>,
     queued: Vec<Read>,
+    /// Queued `ASYNC_CANCEL`s: (its tag, the target's).
+    cancels: Vec<(u64, u64)>,
 }
 
 impl Ring for SimRing {
     fn push(&mut self, sqe: Sqe) -> bool {
         match sqe {
             Sqe::Read { tag, slot, len, offset, .. } => self.queued.push(Read { tag, slot, len: len as usize, offset }),
-            other => panic!("the model issues reads only, got {other:?}"),
+            Sqe::Cancel { tag, target } => self.cancels.push((tag, target)),
+            other => panic!("the model issues reads and cancels only, got {other:?}"),
         }
         true
     }
 
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
         let mut st = self.sim.state.lock().unwrap();
+        st.issued += self.queued.len();
         st.submitted.extend(self.queued.drain(..));
+        for (tag, target) in self.cancels.drain(..) {
+            let res = match st.submitted.iter().position(|r| r.tag == target) {
+                Some(i) => {
+                    st.submitted.remove(i);
+                    st.completions.push_back((target, -libc::ECANCELED));
+                    0
+                }
+                None => -libc::ENOENT,
+            };
+            st.completions.push_back((tag, res));
+        }
         self.sim.cv.notify_all();
         while wait && st.completions.is_empty() && !st.woken {
             st = self.sim.cv.wait(st).unwrap();
         }
         st.woken = false;
         Ok(())
+    }
+
+    fn can_cancel(&self) -> bool {
+        true
     }
 
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
@@ -184,7 +208,7 @@ fn start(slots: usize, depth: usize, kernels: usize, mode: Kernel, hook: Option<
         let (sim, staging, data) = (sim.clone(), staging.clone(), shared.clone());
         threads.push(loom::thread::spawn(move || kernel(sim, staging, data, mode)));
     }
-    let ring = SimRing { sim: sim.clone(), queued: Vec::new() };
+    let ring = SimRing { sim: sim.clone(), queued: Vec::new(), cancels: Vec::new() };
     let cfg = LaneConfig { depth, name: "loom-lane".into() };
     let (lane_inbox, lane_staging, lane_sim) = (inbox.clone(), staging.clone(), sim.clone());
     threads.push(loom::thread::spawn(move || {
@@ -200,6 +224,14 @@ fn start(slots: usize, depth: usize, kernels: usize, mode: Kernel, hook: Option<
 }
 
 impl Model {
+    /// Waits until the lane has submitted `n` reads.
+    fn wait_issued(&self, n: usize) {
+        let mut st = self.sim.state.lock().unwrap();
+        while st.issued < n {
+            st = self.sim.cv.wait(st).unwrap();
+        }
+    }
+
     fn check(&self, ranges: &[Range<u64>], got: Vec<Bytes>) {
         for (r, b) in ranges.iter().zip(&got) {
             assert_eq!(&b[..], &self.data[r.start as usize..r.end as usize], "wrong bytes for {r:?}");
@@ -307,6 +339,30 @@ fn dropped_future_then_next_gather() {
     explore_bounded(1, || {
         let m = start(1, 2, 2, Kernel::Normal, None);
         drop(m.source.gather_ranges(&FIRST[..1]).unwrap());
+        let got = loom::future::block_on(m.source.gather_ranges(&SECOND[..1]).unwrap()).unwrap();
+        m.check(&SECOND[..1], got);
+        m.finish();
+    });
+}
+
+/// A gather's deadline passes (set past, once its read is submitted) while the read may still
+/// be queued to the kernel: the lane sends `ASYNC_CANCEL`, which either cancels the read (it
+/// completes with `ECANCELED`, its slot never written) or finds it taken and lets it finish. The
+/// future resolves with `TimedOut` either way without waiting for the read (or with the rows, if
+/// the read finished first), and the next gather, which needs the one slot, gets it only after
+/// that read's own completion, with the right bytes.
+#[test]
+fn cancel_races_the_completion_then_next_gather() {
+    explore(|| {
+        let m = start(1, 2, 1, Kernel::Normal, None);
+        let fut = m.source.gather_ranges(&FIRST[..1]).unwrap();
+        m.wait_issued(1);
+        let past = std::time::Instant::now() - std::time::Duration::from_secs(1);
+        match loom::future::block_on(fut.with_deadline(past)) {
+            Err(Error::TimedOut { unread: 1, requested: 1, .. }) => {}
+            Ok(got) => m.check(&FIRST[..1], got),
+            Err(e) => panic!("unexpected error: {e}"),
+        }
         let got = loom::future::block_on(m.source.gather_ranges(&SECOND[..1]).unwrap()).unwrap();
         m.check(&SECOND[..1], got);
         m.finish();
