@@ -25,7 +25,7 @@
 //! # What dropping does
 //! A dropped gather, or one past its deadline
 //! ([`GatherFuture::with_timeout`](eagerio_core::GatherFuture::with_timeout), resolving then with
-//! [`Error::TimedOut`](eagerio_core::Error::TimedOut)), issues no further GET; the GETs already in flight finish in their tasks and
+//! [`Error::TimedOut`]), issues no further GET; the GETs already in flight finish in their tasks and
 //! are discarded. A dropped write future changes nothing: the write goes on and a failure is
 //! reported by the next flush or close. A sink dropped before `close` aborts its multipart upload
 //! (best effort, on the runtime it was created on): nothing is published.

@@ -15,7 +15,7 @@
 //! cannot be cancelled), release their slots, and exit. A gather past its deadline
 //! ([`GatherFuture::with_timeout`](eagerio_core::GatherFuture::with_timeout)) stops the same way
 //! and its future resolves at the deadline with
-//! [`Error::TimedOut`](eagerio_core::Error::TimedOut), without waiting for those `pread`s. A dropped write still runs; its failure is reported by the next flush.
+//! [`Error::TimedOut`], without waiting for those `pread`s. A dropped write still runs; its failure is reported by the next flush.
 //!
 //! # Direct I/O
 //! With [`DirectIo::Auto`] (the default) the file is opened with `O_DIRECT` where the filesystem
