@@ -707,9 +707,7 @@ impl<T> GatherFuture<T> {
         if job.settled.load(Ordering::Acquire) {
             return self;
         }
-        if let Some((_, Some(ticket))) = self.deadline.take() {
-            crate::deadline::cancel(ticket);
-        }
+        self.forget_deadline();
         let after = at.saturating_duration_since(job.started);
         job.deadline_ns.store(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.deadline = Some((at, register_deadline(&job, at)));

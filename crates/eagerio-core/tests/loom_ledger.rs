@@ -201,14 +201,31 @@ fn explore(f: impl Fn() + Sync + Send + 'static) {
     assert!(n > 1, "the model explored a single interleaving");
 }
 
-/// Shared body of models (a) and (b): a first gather that fails through `fault`, then a second
-/// gather on the same source and staging that must succeed with the right bytes.
-fn fail_then_gather(fault: Fault, slots: usize, first_workers: usize) {
+/// A file, `slots` staging slots and a source over them with the gap bound 0 (so `FIRST` and
+/// `SECOND` are two extents each).
+fn setup(slots: usize) -> (Vec<u8>, Staging, Source<KernelEngine>) {
     let data = file(FILE_LEN);
     let staging = Staging::new(slots * SLOT, SLOT).unwrap();
     let engine = KernelEngine::new(data.clone(), staging.clone());
-    let source = Source::new(engine).with_max_gap(0);
+    (data, staging, Source::new(engine).with_max_gap(0))
+}
 
+/// The follow-up every model ends with: a clean gather of `SECOND` on the same source and
+/// staging returns the right bytes; then, every worker joined, every slot is back exactly once.
+fn next_gather_then_drained(data: &[u8], staging: &Staging, source: &Source<KernelEngine>) {
+    source.engine().serve(1, Fault::None);
+    check(data, SECOND, loom::future::block_on(source.gather_ranges(SECOND).unwrap()).unwrap());
+    source.engine().join_all();
+    // `SlotLease::drop` debug-asserts against a double free, but the loom run is `--release`
+    // (no debug assertions): a double free would leave more free entries than slots.
+    assert!(staging.is_full(), "a slot leaked");
+    assert_eq!(staging.free_slots(), staging.slots(), "a slot was handed back twice");
+}
+
+/// Shared body of models (a) and (b): a first gather that fails through `fault`, then a second
+/// gather on the same source and staging that must succeed with the right bytes.
+fn fail_then_gather(fault: Fault, slots: usize, first_workers: usize) {
+    let (data, staging, source) = setup(slots);
     source.engine().serve(first_workers, fault);
     let first = source.gather_ranges(FIRST).unwrap();
     let err = loom::future::block_on(first).expect_err("the first gather must fail");
@@ -217,14 +234,7 @@ fn fail_then_gather(fault: Fault, slots: usize, first_workers: usize) {
         (Fault::Panic(_), Error::Panicked { .. }) => {}
         _ => panic!("unexpected error for {fault:?}: {err:?}"),
     }
-
-    source.engine().serve(1, Fault::None);
-    let second = source.gather_ranges(SECOND).unwrap();
-    check(&data, SECOND, loom::future::block_on(second).unwrap());
-
-    source.engine().join_all();
-    assert!(staging.is_full(), "a slot leaked");
-    assert_eq!(staging.free_slots(), staging.slots());
+    next_gather_then_drained(&data, &staging, &source);
 }
 
 /// (a) An EIO mid-gather: the future fails, in-flight slots stay owned until their completion,
@@ -253,23 +263,10 @@ fn panic_mid_gather_then_gather() {
 #[test]
 fn dropped_future_then_gather() {
     explore(|| {
-        let data = file(FILE_LEN);
-        let staging = Staging::new(SLOT, SLOT).unwrap();
-        let engine = KernelEngine::new(data.clone(), staging.clone());
-        let source = Source::new(engine).with_max_gap(0);
-
+        let (data, staging, source) = setup(1);
         source.engine().serve(2, Fault::None);
         drop(source.gather_ranges(FIRST).unwrap());
-
-        source.engine().serve(1, Fault::None);
-        let second = source.gather_ranges(SECOND).unwrap();
-        check(&data, SECOND, loom::future::block_on(second).unwrap());
-
-        source.engine().join_all();
-        // `SlotLease::drop` debug-asserts against a double free, but the loom run is `--release`
-        // (no debug assertions): a double free would leave more free entries than slots.
-        assert!(staging.is_full(), "a slot leaked");
-        assert_eq!(staging.free_slots(), staging.slots(), "a slot was handed back twice");
+        next_gather_then_drained(&data, &staging, &source);
     });
 }
 
@@ -280,11 +277,7 @@ fn dropped_future_then_gather() {
 #[test]
 fn timed_out_gather_then_gather() {
     explore(|| {
-        let data = file(FILE_LEN);
-        let staging = Staging::new(SLOT, SLOT).unwrap();
-        let engine = KernelEngine::new(data.clone(), staging.clone());
-        let source = Source::new(engine).with_max_gap(0);
-
+        let (data, staging, source) = setup(1);
         source.engine().serve(1, Fault::None);
         let first = source.gather_ranges(FIRST).unwrap();
         let past = std::time::Instant::now() - std::time::Duration::from_secs(1);
@@ -294,12 +287,7 @@ fn timed_out_gather_then_gather() {
             Ok(got) => check(&data, FIRST, got),
             Err(e) => panic!("unexpected error: {e:?}"),
         }
-
-        source.engine().serve(1, Fault::None);
-        check(&data, SECOND, loom::future::block_on(source.gather_ranges(SECOND).unwrap()).unwrap());
-        source.engine().join_all();
-        assert!(staging.is_full(), "a slot leaked");
-        assert_eq!(staging.free_slots(), staging.slots(), "a slot was handed back twice");
+        next_gather_then_drained(&data, &staging, &source);
     });
 }
 
