@@ -98,8 +98,8 @@ fn main() -> AnyResult<()> {
     println!("|---|---|---|---|---|---|---|---|");
     for row in [90u64, 4096] {
         let layout = RowLayout { base: 0, row_size: row, rows: None };
-        let direct = UringEngine::open_rows(&path, layout, UringOptions { adaptive: false, ..Default::default() })?;
-        let adaptive = UringEngine::open_rows(&path, layout, UringOptions::default())?;
+        let direct = UringEngine::open_rows_blocking(&path, layout, UringOptions::default().adaptive(false))?;
+        let adaptive = UringEngine::open_rows_blocking(&path, layout, UringOptions::default())?;
         let rows = direct.rows();
         for state in [State::Warm, State::Cold, State::HalfWarm] {
             let mut times = [Vec::new(), Vec::new(), Vec::new()];

@@ -27,7 +27,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio::core::{fault::Hook, Sink};
+use eagerio::core::{
+    fault::{self, Hook},
+    Sink,
+};
 use eagerio::tokio::{TokioWriter, WriterOptions};
 use eagerio::DataSink;
 
@@ -165,8 +168,8 @@ fn verify(path: &Path, groups: &[Vec<Bytes>]) {
 }
 
 async fn run(eager: bool, path: &Path, groups: &[Vec<Bytes>], slow: Option<Duration>) -> Run {
-    let opts = WriterOptions { hook: slow.map(Hook::write_latency), ..WriterOptions::default() };
-    let sink = TokioWriter::create(path, opts).await.expect("create the output file");
+    let _slow = slow.map(|l| fault::inject(path, Hook::write_latency(l)));
+    let sink = TokioWriter::create(path, WriterOptions::default()).await.expect("create the output file");
     let t = Instant::now();
     let in_flight = if eager { write_eager(&sink, groups).await } else { write_deferred(&sink, groups).await }
         .expect("the column writer failed");

@@ -186,11 +186,10 @@ async fn bench() -> Result<(), Box<dyn std::error::Error>> {
     for row_size in [4096u64, 90] {
         let rows = bytes / row_size;
         let layout = RowLayout { base: 0, row_size, rows: None };
-        let opts = GlommioOptions { depth, max_gap, ..Default::default() };
+        let opts = GlommioOptions::default().depth(depth).max_gap(max_gap);
         let table = GlommioEngine::open_rows(&path, layout, opts).await?;
         let wide =
-            GlommioEngine::open_rows(&path, layout, GlommioOptions { depth, max_gap: 16 * 1024, ..Default::default() })
-                .await?;
+            GlommioEngine::open_rows(&path, layout, GlommioOptions::default().depth(depth).max_gap(16 * 1024)).await?;
         let mut results: Vec<(String, Option<Duration>)> = Vec::new();
         let only = std::env::var("EAGERIO_BENCH_ONLY").unwrap_or_default();
         for (m, method) in METHODS.iter().enumerate() {

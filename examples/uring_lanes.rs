@@ -29,7 +29,7 @@ type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Median cold gather time of `runs` gathers of `n` rows of `row` bytes.
 fn cold(path: &Path, opts: &UringOptions, row: u64, n: usize, runs: usize) -> AnyResult<Duration> {
-    let table = UringEngine::open_rows(path, RowLayout { base: 0, row_size: row, rows: None }, opts.clone())?;
+    let table = UringEngine::open_rows_blocking(path, RowLayout { base: 0, row_size: row, rows: None }, opts.clone())?;
     let rows = table.rows();
     let mut times = Vec::new();
     for r in 0..runs {
@@ -47,7 +47,7 @@ fn cold(path: &Path, opts: &UringOptions, row: u64, n: usize, runs: usize) -> An
 
 /// Options opening tables on a driver of their own, built with `opts`.
 fn on(opts: DriverOptions) -> AnyResult<UringOptions> {
-    Ok(UringOptions { driver: Some(Driver::new(opts)?), ..Default::default() })
+    Ok(UringOptions::default().driver(Driver::new(opts)?))
 }
 
 fn rate(n: usize, d: Duration) -> String {
@@ -78,7 +78,7 @@ fn main() -> AnyResult<()> {
             ),
         ];
         for (name, setup) in variants {
-            let opts = on(DriverOptions { setup, ..Default::default() })?;
+            let opts = on(DriverOptions::default().setup(setup))?;
             let a = cold(&path, &opts, 4096, n, runs)?;
             let b = cold(&path, &opts, 90, n, runs)?;
             println!("| {name} | {:.1} ms ({}) | {:.1} ms ({}) |", ms(a), rate(n, a), ms(b), rate(n, b));
@@ -90,8 +90,7 @@ fn main() -> AnyResult<()> {
         for lanes in [1, 2, 4] {
             let mut line = format!("| {lanes} |");
             for depth in [32, 128, 512] {
-                let opts =
-                    UringOptions { split_threshold: 1, ..on(DriverOptions { lanes, depth, ..Default::default() })? };
+                let opts = on(DriverOptions::default().lanes(lanes).depth(depth))?.split_threshold(1);
                 let d = cold(&path, &opts, 4096, n, runs)?;
                 line += &format!(" {:.1} ms ({}) |", ms(d), rate(n, d));
             }
@@ -103,8 +102,8 @@ fn main() -> AnyResult<()> {
         println!("| gather rows | 1 lane | 2 lanes, split |\n|---|---|---|");
         for rows in [100, 1_000, 4_000, 10_000, 40_000] {
             let one = cold(&path, &UringOptions::default(), 4096, rows, runs)?;
-            let two_lanes = on(DriverOptions { lanes: 2, ..Default::default() })?;
-            let two = cold(&path, &UringOptions { split_threshold: 1, ..two_lanes }, 4096, rows, runs)?;
+            let two_lanes = on(DriverOptions::default().lanes(2))?;
+            let two = cold(&path, &two_lanes.split_threshold(1), 4096, rows, runs)?;
             println!("| {rows} | {:.2} ms | {:.2} ms ({:.2}x) |", ms(one), ms(two), ms(one) / ms(two));
         }
         println!();
@@ -114,8 +113,9 @@ fn main() -> AnyResult<()> {
         // reads of cached pages isolate the round trip (eventfd write, lane wake-up, completion,
         // future wake-up); O_DIRECT adds the device's latency.
         for (name, direct) in [("buffered, cached", DirectIo::Off), ("O_DIRECT", DirectIo::Auto)] {
-            let opts = UringOptions { direct, ..Default::default() };
-            let table = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts)?;
+            let opts = UringOptions::default().direct(direct);
+            let table =
+                UringEngine::open_rows_blocking(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts)?;
             let ids = table::ids(99, 2000, table.rows());
             for &id in &ids {
                 futures::executor::block_on(table.gather(&[id])?)?;
@@ -137,7 +137,7 @@ fn main() -> AnyResult<()> {
         // threads they start.
         let layout = RowLayout { base: 0, row_size: 4096, rows: None };
         let tables = (0..48)
-            .map(|_| UringEngine::open_rows(&path, layout, UringOptions::default()))
+            .map(|_| UringEngine::open_rows_blocking(&path, layout, UringOptions::default()))
             .collect::<Result<Vec<_>, _>>()?;
         let driver = tables[0].source().engine().driver().cloned().ok_or("the tables fell back to tokio")?;
         let lanes: Vec<String> = std::fs::read_dir("/proc/self/task")?
@@ -163,8 +163,8 @@ fn main() -> AnyResult<()> {
 fn fairness(path: &Path, runs: usize) -> AnyResult<()> {
     let row = 90;
     let layout = RowLayout { base: 0, row_size: row, rows: None };
-    let big_table = UringEngine::open_rows(path, layout, UringOptions::default())?;
-    let small_table = UringEngine::open_rows(path, layout, UringOptions::default())?;
+    let big_table = UringEngine::open_rows_blocking(path, layout, UringOptions::default())?;
+    let small_table = UringEngine::open_rows_blocking(path, layout, UringOptions::default())?;
     let rows = small_table.rows();
     let small = |seed: u64, times: &mut Vec<Duration>| -> AnyResult<()> {
         let ids = table::ids(seed, 100, rows);

@@ -5,7 +5,7 @@ use std::{ffi::CString, os::unix::ffi::OsStrExt, path::Path, sync::mpsc, time::D
 
 use eagerio::{
     tokio::{TokioEngine, TokioOptions, TokioWriter},
-    uring::{Driver, DriverOptions, UringEngine, UringOptions, UringWriter, UringWriterOptions},
+    uring::{Driver, DriverOptions, UringEngine, UringOptions, UringWriter, WriterOptions},
     Error,
 };
 
@@ -46,7 +46,7 @@ fn refused_everywhere(path: &Path, what: &str) {
     let p = path.to_path_buf();
     let (c, d) = within("uring open", move || {
         let c = UringEngine::open_blocking(&p, UringOptions::default()).map(|_| ()).unwrap_err();
-        let d = UringWriter::create(&p, UringWriterOptions::default()).map(|_| ()).unwrap_err();
+        let d = UringWriter::create_blocking(&p, WriterOptions::default()).map(|_| ()).unwrap_err();
         (c, d)
     });
     check(c, "UringEngine::open_blocking");
@@ -75,12 +75,9 @@ fn open_bad_max_read_names_the_option() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.bin");
     std::fs::write(&path, vec![0u8; 8192]).unwrap();
-    let e = Driver::new(DriverOptions { max_read: 1000, ..Default::default() }).unwrap_err();
+    let e = Driver::new(DriverOptions::default().max_read(1000)).unwrap_err();
     assert!(e.to_string().starts_with("invalid option `DriverOptions::max_read`: 1000 "), "{e}");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let e = rt
-        .block_on(TokioEngine::open(&path, TokioOptions { max_read: 1000, ..Default::default() }))
-        .map(|_| ())
-        .unwrap_err();
+    let e = rt.block_on(TokioEngine::open(&path, TokioOptions::default().max_read(1000))).map(|_| ()).unwrap_err();
     assert!(e.to_string().starts_with("invalid option `TokioOptions::max_read`: 1000 "), "{e}");
 }

@@ -19,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use eagerio::core::fault::{Action, Hook, IoKind};
+use eagerio::core::fault::{self, Action, Hook, IoKind};
 use eagerio::tokio::{TokioEngine, TokioOptions};
 use eagerio::RowLayout;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -70,7 +70,8 @@ async fn start_with(cfg: app::ServiceConfig, hook: Option<Hook>) -> Server {
     // A hooked table must really be read: keep the (freshly written, so resident) rows off the
     // adaptive cache path when a hook is set.
     let adaptive = hook.is_none();
-    let opts = TokioOptions { hook, adaptive, ..TokioOptions::default() };
+    let opts = TokioOptions::default().adaptive(adaptive);
+    let _faults = hook.map(|h| fault::inject(&path, h));
     let layout = RowLayout { base: 0, row_size: ROW_SIZE, rows: None };
     let table = TokioEngine::open_rows(&path, layout, opts).await.unwrap();
     assert_eq!(table.rows(), ROWS);

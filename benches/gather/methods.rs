@@ -174,7 +174,7 @@ pub fn eager_tokio(depth: usize) -> Eager<TokioEngine> {
         name,
         move |env, layout| {
             let _guard = env.rt.enter();
-            let opts = TokioOptions { depth, ..TokioOptions::default() };
+            let opts = TokioOptions::default().depth(depth);
             Ok(TokioEngine::open_blocking(&env.path, opts)?.rows(layout)?)
         },
         |t| format!("O_DIRECT {}", t.source().engine().is_direct()),
@@ -196,9 +196,12 @@ pub fn eager_uring(lanes: usize, depth: usize) -> Eager<eagerio::uring::UringEng
             // The process-wide driver at the defaults, else a driver of this shape for the table.
             let driver = match shared {
                 true => None,
-                false => Some(Driver::new(DriverOptions { lanes, depth, ..DriverOptions::default() })?),
+                false => Some(Driver::new(DriverOptions::default().lanes(lanes).depth(depth))?),
             };
-            let opts = UringOptions { driver, ..UringOptions::default() };
+            let opts = match driver {
+                Some(d) => UringOptions::default().driver(d),
+                None => UringOptions::default(),
+            };
             Ok(UringEngine::open_blocking(&env.path, opts)?.rows(layout)?)
         },
         |t| {
@@ -662,7 +665,7 @@ async fn eager_glommio_loop(
     ready: mpsc::Sender<Result<(), String>>,
 ) {
     use eagerio::glommio::{GlommioEngine, GlommioOptions};
-    let opts = GlommioOptions { depth, ..GlommioOptions::default() };
+    let opts = GlommioOptions::default().depth(depth);
     let layout = RowLayout { base: 0, row_size, rows: None };
     let table = match GlommioEngine::open_rows(path, layout, opts).await {
         Ok(t) => t,

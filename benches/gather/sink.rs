@@ -13,7 +13,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio::core::fault::Hook;
+use eagerio::core::fault::{self, Hook};
 use eagerio::tokio::{TokioWriter, WriterOptions};
 use eagerio::{DataSink, SinkOptions};
 
@@ -116,7 +116,8 @@ pub fn eager(
     opts: SinkOptions,
 ) -> Res<SinkRun> {
     rt.block_on(async {
-        let w = WriterOptions { sink: opts, keep: false, hook: latency.map(Hook::write_latency) };
+        let _slow = latency.map(|l| fault::inject(path, Hook::write_latency(l)));
+        let w = WriterOptions::default().sink(opts);
         let sink = TokioWriter::create(path, w).await?;
         let t = Instant::now();
         let futs: Vec<_> = chunks.iter().map(|(_, data)| sink.append(data.clone())).collect();

@@ -43,7 +43,7 @@ use bytes::Bytes;
 use eagerio_core::{
     backend::Plan,
     conformance::Backend,
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Action, Hook, IoKind, IoPoint},
     DataSink, Error, Op, RowLayout, Sink, SinkOptions, Source, Target,
 };
 
@@ -512,14 +512,16 @@ pub async fn run<B: FaultBackend>(b: &B, cfg: Config) -> Report {
     // every extent to the backend, where the faults are.
     eagerio_core::sys::evict(&table_path).expect("evict the table");
     let faults = FaultTable::default();
-    let src = b.open(&table_path, Some(faults.hook())).await.expect("open the table");
+    let _table_faults = fault::inject(&table_path, faults.hook());
+    let src = b.open(&table_path).await.expect("open the table");
     let layout = RowLayout { base: 0, row_size: cfg.row_size, rows: None };
     // Two plan shapes over one engine and one staging pool.
     let tables = [src.clone().rows(layout).unwrap(), src.clone().with_max_gap(0).rows(layout).unwrap()];
 
     let sink_path = dir.path().join("sink.bin");
-    let opts = SinkOptions { max_in_flight_bytes: 256 << 10, append_from: AREA };
-    let sink = b.create(&sink_path, opts, Some(faults.hook())).await.expect("create the sink");
+    let opts = SinkOptions::default().max_in_flight_bytes(256 << 10).append_from(AREA);
+    let _sink_faults = fault::inject(&sink_path, faults.hook());
+    let sink = b.create(&sink_path, opts).await.expect("create the sink");
     let mut model = DiskModel { bytes: Vec::new(), by: Vec::new() };
     let mut unreported: Vec<WriteRec> = Vec::new();
     let mut next_write_id = 0u32;

@@ -44,7 +44,7 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, Error, Op, RowLayout, SinkOptions, Target,
 };
 
@@ -162,7 +162,8 @@ pub async fn truncated_while_gathers_run<B: FaultBackend>(b: &B) {
         }
         Action::Proceed
     });
-    let src = b.open(&path, Some(hook)).await.expect("open");
+    let _faults = fault::inject(&path, hook);
+    let src = b.open(&path).await.expect("open");
     let t = src.clone().with_max_gap(0).rows(RowLayout { base: 0, row_size: ROW, rows: Some(ROWS) }).unwrap();
     let (mut ok, mut short) = (0, 0);
     for round in 0..12 {
@@ -209,7 +210,7 @@ pub async fn disk_full<B: FaultBackend>(b: &B) {
     let path = m.path().join("out.bin");
     const CHUNK: usize = 64 << 10;
     const N: usize = 160; // 10 MiB into 8 MiB
-    let sink = b.create(&path, SinkOptions { max_in_flight_bytes: 1 << 20, append_from: 0 }, None).await.unwrap();
+    let sink = b.create(&path, SinkOptions::default().max_in_flight_bytes(1 << 20).append_from(0)).await.unwrap();
     let chunk = |i: usize| Bytes::from((0..CHUNK).map(|j| (i * 31 + j / 512) as u8).collect::<Vec<u8>>());
     let futs: Vec<_> = (0..N).map(|i| sink.append(chunk(i))).collect();
     let mut acked = Vec::new();
@@ -283,7 +284,7 @@ impl Drop for Unwritable {
 
 /// The sink's open is refused with a clear error naming the path and the OS error.
 async fn assert_open_refused<B: FaultBackend>(b: &B, path: &Path, codes: &[i32]) {
-    match b.create(path, SinkOptions::default(), None).await {
+    match b.create(path, SinkOptions::default()).await {
         Err(e) => {
             let text = e.to_string();
             eprintln!("{}: sink on an unwritable file: {text}", B::NAME);
@@ -338,7 +339,7 @@ pub async fn replaced_under_open_source<B: FaultBackend>(b: &B) {
     let mut rng = Rng::new(s);
     let (dir, path, old) = table((ROW * 256) as usize, &mut rng);
     let layout = RowLayout { base: 0, row_size: ROW, rows: None };
-    let t = b.open(&path, None).await.unwrap().rows(layout).unwrap();
+    let t = b.open(&path).await.unwrap().rows(layout).unwrap();
     let ids: Vec<u64> = (0..100).map(|_| rng.below(256)).collect();
     assert!(t.gather(&ids).unwrap().await.unwrap() == rows_of(&old, ROW, &ids));
     let new = rng.bytes((ROW * 512) as usize);
@@ -349,7 +350,7 @@ pub async fn replaced_under_open_source<B: FaultBackend>(b: &B) {
     let got = t.gather(&ids).unwrap().await.expect("the open source still reads");
     assert!(got == rows_of(&old, ROW, &ids), "seed {s}: the open source must keep reading the old file");
     assert_eq!(t.rows(), 256, "the row count is the old file's");
-    let t2 = b.open(&path, None).await.unwrap().rows(layout).unwrap();
+    let t2 = b.open(&path).await.unwrap().rows(layout).unwrap();
     assert_eq!(t2.rows(), 512);
     let ids: Vec<u64> = (0..200).map(|_| rng.below(512)).collect();
     assert!(t2.gather(&ids).unwrap().await.unwrap() == rows_of(&new, ROW, &ids), "a new source reads the new file");

@@ -1,9 +1,10 @@
 //! The conformance suite: one set of async checks that every backend runs whole.
 //!
-//! A backend implements [`Backend`] (how to open a file for gathers and for writing, with an
-//! optional fault [`Hook`]) and expands [`conformance_suite!`](crate::conformance_suite) with it
-//! and its executor's `block_on`. Every check compares against `pread` on the same file, so the
-//! suite needs a real filesystem: it works in a fresh temporary directory.
+//! A backend implements [`Backend`] (how to open a file for gathers and for writing; the checks
+//! install their fault [`Hook`]s with [`fault::inject`]) and expands
+//! [`conformance_suite!`](crate::conformance_suite) with it and its executor's `block_on`. Every
+//! check compares against `pread` on the same file, so the suite needs a real filesystem: it
+//! works in a fresh temporary directory.
 
 #![allow(clippy::missing_panics_doc)]
 
@@ -20,7 +21,7 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 
 use crate::{
     backend::{ReadEngine, WriteEngine},
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, Error, Result, RowLayout, Sink, SinkOptions, Source, Target,
 };
 
@@ -31,10 +32,10 @@ pub trait Backend {
     type Engine: ReadEngine + Clone + std::fmt::Debug;
     /// The sink engine.
     type Writer: WriteEngine;
-    /// Opens `path` for gathers, with `hook` at the read seam.
-    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<Self::Engine>>;
-    /// Creates `path` for writing (truncating), with `hook` at the write seam.
-    async fn create(&self, path: &Path, opts: SinkOptions, hook: Option<Hook>) -> Result<Sink<Self::Writer>>;
+    /// Opens `path` for gathers (with the hook [`fault::inject`] installed for it, if any).
+    async fn open(&self, path: &Path) -> Result<Source<Self::Engine>>;
+    /// Creates `path` for writing, truncating it (with the hook installed for it, if any).
+    async fn create(&self, path: &Path, opts: SinkOptions) -> Result<Sink<Self::Writer>>;
     /// Whether every staging slot of `source` is back in its pool.
     fn staging_full(&self, source: &Source<Self::Engine>) -> bool;
 }
@@ -105,7 +106,7 @@ pub async fn rows_roundtrip<B: Backend>(b: &B) {
         let rows = 3000u64;
         let (_d, path, file) = random_file(row_size * rows as usize, &mut rng);
         let table = b
-            .open(&path, None)
+            .open(&path)
             .await
             .expect("open")
             .rows(RowLayout { base: 0, row_size: row_size as u64, rows: None })
@@ -129,7 +130,7 @@ pub async fn rows_roundtrip<B: Backend>(b: &B) {
 pub async fn ranges_roundtrip<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let (_d, path, file) = random_file(1 << 20, &mut rng);
-    let src = b.open(&path, None).await.expect("open");
+    let src = b.open(&path).await.expect("open");
     for _ in 0..10 {
         let ranges: Vec<_> = (0..rng.gen_range(1..50))
             .map(|_| {
@@ -149,7 +150,7 @@ pub async fn ranges_roundtrip<B: Backend>(b: &B) {
 pub async fn output_buffer_reuse<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let (_d, path, file) = random_file(4096 * 256, &mut rng);
-    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let mut buf = bytes::BytesMut::with_capacity(64 * 4096);
     let first_ptr = buf.as_ptr();
     for _ in 0..5 {
@@ -165,7 +166,7 @@ pub async fn output_buffer_reuse<B: Backend>(b: &B) {
 pub async fn edge_requests<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let (_d, path, file) = random_file(90 * 1000 + 37, &mut rng); // a partial trailing row
-    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 90, rows: None }).unwrap();
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 90, rows: None }).unwrap();
     assert_eq!(table.rows(), 1000);
     assert!(table.gather(&[]).unwrap().await.unwrap().is_empty());
     for ids in [vec![0u64], vec![999], vec![999, 0, 999], vec![5; 300]] {
@@ -173,7 +174,7 @@ pub async fn edge_requests<B: Backend>(b: &B) {
         assert_eq!(&got[..], &reference_rows(&file, 90, &ids)[..], "{ids:?}");
     }
     let got = b
-        .open(&path, None)
+        .open(&path)
         .await
         .unwrap()
         .gather_ranges(&[std::ops::Range { start: file.len() as u64 - 1, end: file.len() as u64 }])
@@ -188,7 +189,7 @@ pub async fn edge_requests<B: Backend>(b: &B) {
 pub async fn bad_input_is_refused_before_io<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let (_d, path, file) = random_file(4096 * 10, &mut rng);
-    let src = b.open(&path, None).await.unwrap();
+    let src = b.open(&path).await.unwrap();
     let table = src.clone().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let e = table.gather(&[1, 10]).unwrap_err();
     assert!(matches!(e, Error::RowOutOfRange { row: 10, rows: 10, .. }), "{e}");
@@ -215,7 +216,7 @@ pub async fn truncated_file_then_recovery<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let row = 5000u64;
     let (_d, path, file) = random_file(row as usize * 400, &mut rng);
-    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: row, rows: Some(400) }).unwrap();
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: row, rows: Some(400) }).unwrap();
     File::options().write(true).open(&path).unwrap().set_len(row * 300 + 123).unwrap();
     let e = table.gather(&[3, 350, 7]).unwrap().await.unwrap_err();
     match &e {
@@ -243,7 +244,8 @@ pub async fn read_error_names_the_row<B: Backend>(b: &B) {
             Action::Proceed
         }
     });
-    let src = b.open(&path, Some(hook)).await.unwrap();
+    let _faults = fault::inject(&path, hook);
+    let src = b.open(&path).await.unwrap();
     let table = src.with_max_gap(0).rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let e = table.gather(&[1, 40, 2]).unwrap().await.unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
@@ -264,8 +266,8 @@ pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
         }
         Action::Proceed
     });
-    let table =
-        b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let _faults = fault::inject(&path, hook);
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     for round in 0..20 {
         let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
         let fut = table.gather(&ids).unwrap();
@@ -306,8 +308,8 @@ pub async fn deadline_slow_read_then_reuse<B: Backend>(b: &B) {
         }
         Action::Proceed
     });
-    let table =
-        b.open(&path, Some(hook)).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let _faults = fault::inject(&path, hook);
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let ids: Vec<u64> = (0..64).map(|i| i * 16).collect();
     let began = Instant::now();
     let timeout = Duration::from_millis(200);
@@ -339,7 +341,7 @@ pub async fn sink_offsets_and_order<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.bin");
-    let sink = b.create(&path, SinkOptions::default(), None).await.unwrap();
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
     let mut expect = Vec::new();
     let mut futs = Vec::new();
     for _ in 0..64 {
@@ -376,7 +378,8 @@ pub async fn sink_overlapping_writes_in_call_order<B: Backend>(b: &B) {
         }
         Action::Proceed
     });
-    let sink = b.create(&path, SinkOptions::default(), Some(slow)).await.unwrap();
+    let _faults = fault::inject(&path, slow);
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
     let body = sink.append(Bytes::from(vec![1u8; BODY]));
     let header = sink.write_at(0, Bytes::from_static(b"HEAD"));
     let tail = sink.write_at(BODY as u64, Bytes::from(vec![2u8; 100]));
@@ -405,7 +408,8 @@ fn fail_write_at(offset: u64) -> Hook {
 pub async fn sink_write_error_reported<B: Backend>(b: &B) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.bin");
-    let sink = b.create(&path, SinkOptions::default(), Some(fail_write_at(100))).await.unwrap();
+    let _faults = fault::inject(&path, fail_write_at(100));
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
     let a = sink.append(Bytes::from(vec![1u8; 100]));
     let bad = sink.append(Bytes::from(vec![2u8; 50]));
     a.await.unwrap();
@@ -432,7 +436,8 @@ pub async fn sink_flush_after_dropped_futures<B: Backend>(b: &B) {
             Action::Proceed
         }
     });
-    let sink = b.create(&path, SinkOptions::default(), Some(hook)).await.unwrap();
+    let _faults = fault::inject(&path, hook);
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
     for i in 0..30u8 {
         drop(sink.append(Bytes::from(vec![i; 1000])));
     }
@@ -456,7 +461,7 @@ pub async fn sink_flush_after_dropped_futures<B: Backend>(b: &B) {
 pub async fn sink_closed_refuses_writes<B: Backend>(b: &B) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("out.bin");
-    let sink = b.create(&path, SinkOptions::default(), None).await.unwrap();
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
     sink.append(Bytes::from_static(b"abc")).await.unwrap();
     sink.close().await.unwrap();
     assert!(matches!(sink.append(Bytes::from_static(b"x")).await, Err(Error::Closed { .. })));
@@ -468,7 +473,8 @@ pub async fn sink_backpressure_bound<B: Backend>(b: &B) {
     let path = dir.path().join("out.bin");
     let hook = Hook::write_latency(Duration::from_millis(2));
     let opts = SinkOptions { max_in_flight_bytes: 64 * 1024, append_from: 0 };
-    let sink = b.create(&path, opts, Some(hook)).await.unwrap();
+    let _faults = fault::inject(&path, hook);
+    let sink = b.create(&path, opts).await.unwrap();
     for i in 0..40u8 {
         drop(sink.append(Bytes::from(vec![i; 16 * 1024])));
         assert!(sink.stats().in_flight_bytes <= 64 * 1024);
@@ -497,7 +503,7 @@ pub async fn adaptive_resident_and_missing_rows<B: Backend>(b: &B) {
     let rows = 2048u64;
     let (_d, path, file) = random_file(4096 * rows as usize, &mut rng);
     std::fs::read(&path).expect("warm the table");
-    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..rows)).collect();
     let fut = table.gather(&ids).unwrap();
     let got = fut.await.unwrap();
@@ -533,7 +539,7 @@ pub async fn adaptive_eviction_races_the_copy<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let rows = 1024u64;
     let (_d, path, file) = random_file(4096 * rows as usize, &mut rng);
-    let table = b.open(&path, None).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (p, s) = (path.clone(), stop.clone());
     let churn = std::thread::spawn(move || {

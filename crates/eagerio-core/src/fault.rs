@@ -1,9 +1,21 @@
 //! The fault seam: a hook every backend calls just before each syscall or submission, so tests
 //! can inject errors, short transfers, delays and panics exactly where real ones happen.
 //!
-//! Production code pays one `Option` check per I/O when no hook is set.
+//! A hook is not an option of any backend: a test installs it for a path with [`inject`], and
+//! every backend takes the hook installed for a file's path when it opens or creates the file
+//! ([`injected`]), so faults reach the same code a user's open reaches, `eagerio::open` included.
+//!
+//! Production code pays one `Option` check per I/O when no hook is set, and one atomic load per
+//! open while no hook is installed anywhere.
 
-use std::{fmt, io, sync::Arc};
+use std::{
+    fmt, io,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+};
 
 /// What kind of I/O is about to happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,5 +131,63 @@ pub fn with_hook(hook: Option<&Hook>, point: IoPoint, io: impl FnOnce() -> io::R
         Some(Action::Fail(e)) => Err(e),
         Some(Action::Short(n)) => io().map(|got| got.min(n)),
         Some(Action::Panic) => unreachable!("check panics"),
+    }
+}
+
+/// Hooks installed with [`inject`]: path, installation number, hook. Plain `std` types, also
+/// under loom: the registry is read at open, outside every model.
+static INSTALLED: Mutex<Vec<(PathBuf, u64, Hook)>> = Mutex::new(Vec::new());
+/// Entries of [`INSTALLED`], so that an open with nothing installed takes no lock.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Installs `hook` for every file or object opened or created at `path` while the returned guard
+/// lives. Files opened before keep the hook they had (none, or an earlier one); files opened after
+/// the guard drops get none. The latest installation for a path wins.
+///
+/// The path is matched as given, without canonicalising: open the file by the same path. Object
+/// stores match the object's name as errors show it (`ObjectStoreOptions::name`, by default
+/// `<store>/<location>`).
+///
+/// ```
+/// use eagerio_core::fault::{inject, injected, Action, Hook, IoKind};
+/// let path = std::path::Path::new("/data/t.bin");
+/// let guard = inject(path, Hook::new(|p| match p.kind {
+///     IoKind::Read => Action::Fail(std::io::Error::from_raw_os_error(libc::EIO)),
+///     _ => Action::Proceed,
+/// }));
+/// assert!(injected(path).is_some());
+/// drop(guard);
+/// assert!(injected(path).is_none());
+/// ```
+#[must_use = "the hook is removed when the guard drops"]
+pub fn inject(path: impl Into<PathBuf>, hook: Hook) -> Injected {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+    installed.push((path.into(), id, hook));
+    COUNT.store(installed.len(), Ordering::Release);
+    Injected { id }
+}
+
+/// The hook installed for `path` now, if any: what a backend's open keeps for the file's I/O.
+pub fn injected(path: &Path) -> Option<Hook> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+    installed.iter().rev().find(|(p, _, _)| p == path).map(|(_, _, h)| h.clone())
+}
+
+/// Keeps a hook installed by [`inject`]; dropping it uninstalls the hook.
+#[derive(Debug)]
+pub struct Injected {
+    id: u64,
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
+        installed.retain(|(_, id, _)| *id != self.id);
+        COUNT.store(installed.len(), Ordering::Release);
     }
 }

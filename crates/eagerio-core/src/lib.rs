@@ -34,6 +34,7 @@ pub mod gather;
 #[doc(hidden)]
 pub mod loom;
 pub mod mem;
+mod options;
 pub mod plan;
 pub mod residency;
 pub mod sink;

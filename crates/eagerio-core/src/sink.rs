@@ -60,8 +60,9 @@ pub trait WriteEngine: Sized + 'static {
     fn submit_sync(&self, op: SyncOp<Self>);
 }
 
-/// Options of a sink.
+/// Options of a sink: `SinkOptions::default().max_in_flight_bytes(8 << 20)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SinkOptions {
     /// Bound on bytes in flight (see the module docs). Default 64 MiB.
     pub max_in_flight_bytes: usize,
@@ -74,6 +75,8 @@ impl Default for SinkOptions {
         SinkOptions { max_in_flight_bytes: 64 << 20, append_from: 0 }
     }
 }
+
+crate::options_setters!(SinkOptions { max_in_flight_bytes: usize, append_from: u64 });
 
 /// Counters of a sink.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

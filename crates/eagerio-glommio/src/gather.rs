@@ -25,8 +25,9 @@ use glommio::io::{DmaFile, ReadResult};
 
 use crate::pump::Pump;
 
-/// Options of the glommio gather engine.
+/// Options of the glommio gather engine: `GlommioOptions::default().depth(256)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GlommioOptions {
     /// Reads in flight per opened file, across all its concurrent gathers: the slots. Default 128
     /// (glommio's default ring depth; more are queued in glommio's submission queue).
@@ -35,10 +36,6 @@ pub struct GlommioOptions {
     pub max_read: usize,
     /// Largest hole read to join two extents. Default 4096.
     pub max_gap: u64,
-    /// A fault hook for tests (see [`eagerio_core::fault`]). It runs on the executor thread when a
-    /// read is queued (`Read`) and when its bytes are copied out (`CopyOut`); a hook that sleeps
-    /// stalls the whole executor, not one read.
-    pub hook: Option<Hook>,
     /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
     /// gather call, on the executor thread; only the misses are read with `O_DIRECT` (see
     /// [`eagerio_core::residency`]). Default on.
@@ -47,15 +44,11 @@ pub struct GlommioOptions {
 
 impl Default for GlommioOptions {
     fn default() -> Self {
-        GlommioOptions {
-            depth: 128,
-            max_read: 64 * 1024,
-            max_gap: eagerio_core::DEFAULT_MAX_GAP,
-            hook: None,
-            adaptive: true,
-        }
+        GlommioOptions { depth: 128, max_read: 64 * 1024, max_gap: eagerio_core::DEFAULT_MAX_GAP, adaptive: true }
     }
 }
+
+eagerio_core::options_setters!(GlommioOptions { depth: usize, max_read: usize, max_gap: u64, adaptive: bool });
 
 /// One job in the lane's queue.
 struct Entry {
@@ -196,7 +189,7 @@ impl GlommioEngine {
             file: Rc::new(file),
             info,
             depth: opts.depth,
-            hook: opts.hook,
+            hook: fault::injected(path),
             pump: Pump::new(),
             st: RefCell::new(LaneState::default()),
         };

@@ -37,8 +37,9 @@ use crate::pump::Pump;
 /// The page size the direct/buffered split never goes under.
 const PAGE: u64 = 4096;
 
-/// Options of the glommio writer.
+/// Options of the glommio writer: `WriterOptions::default().keep(true)`.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct WriterOptions {
     /// Sink options: in-flight bound, first append offset.
     pub sink: SinkOptions,
@@ -47,10 +48,9 @@ pub struct WriterOptions {
     /// Write everything through the page cache, no `O_DIRECT` (default: direct for the aligned
     /// middle of each write).
     pub buffered_only: bool,
-    /// A fault or latency hook (see [`eagerio_core::fault`]); it runs on the executor thread when
-    /// a write or sync is started.
-    pub hook: Option<Hook>,
 }
+
+eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool, buffered_only: bool });
 
 /// Bytes written by each path, for tests and tuning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -145,7 +145,7 @@ impl GlommioWriter {
                 buffered: Rc::new(buffered),
                 path: path.to_path_buf(),
                 align,
-                hook: opts.hook,
+                hook: fault::injected(path),
                 pump: Pump::new(),
                 st: RefCell::new(State::default()),
             }),

@@ -20,7 +20,7 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink,
 };
 use eagerio_glommio::{GlommioOptions, GlommioWriter, WriterOptions};
@@ -60,8 +60,8 @@ impl Wake for CountWakes {
 fn gather_reads_queued_at_call_and_completed_without_polling() {
     block_on(async {
         let (hook, queued) = counter(IoKind::Read);
-        let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let Fixture { file, table, dir: _dir } = Fixture::new(16, opts).await;
+        let opts = GlommioOptions::default().max_gap(0);
+        let Fixture { file, table, dir: _dir } = Fixture::hooked(16, opts, Some(hook)).await;
         let mut fut = table.gather(&[3, 9, 15]).unwrap();
         // The call returned: three reads queued to the ring, three slots held.
         assert_eq!(queued.load(Ordering::SeqCst), 3);
@@ -94,8 +94,7 @@ fn gather_reads_queued_at_call_and_completed_without_polling() {
 fn four_gathers_in_flight_before_any_await() {
     block_on(async {
         let (hook, queued) = counter(IoKind::Read);
-        let Fixture { table, dir: _dir, .. } =
-            Fixture::new(64, GlommioOptions { hook: Some(hook), ..Default::default() }).await;
+        let Fixture { table, dir: _dir, .. } = Fixture::hooked(64, GlommioOptions::default(), Some(hook)).await;
         // Four gathers of one row each: one read per gather, all queued by the calls.
         let mut futs: Vec<_> = (0..4u64).map(|i| table.gather(&[i * 10]).unwrap()).collect();
         assert_eq!(queued.load(Ordering::SeqCst), 4, "all 4 gathers' reads must be queued before the first await");
@@ -117,8 +116,8 @@ fn sink_writes_queued_at_call_and_completed_without_polling() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let (hook, queued) = counter(IoKind::Write);
-        let sink =
-            GlommioWriter::create(&path, WriterOptions { hook: Some(hook), ..Default::default() }).await.unwrap();
+        let _faults = fault::inject(&path, hook);
+        let sink = GlommioWriter::create(&path, WriterOptions::default()).await.unwrap();
         let futs: Vec<_> = (0..4u8).map(|i| sink.append(Bytes::from(vec![i; 6000]))).collect();
         assert_eq!(queued.load(Ordering::SeqCst), 4, "all 4 writes must be queued before the first await");
         assert_eq!(sink.stats().in_flight, 4);

@@ -22,7 +22,7 @@ use eagerio_glommio::{GlommioEngine, GlommioOptions};
 #[test]
 fn dropped_gather_keeps_its_slots_until_its_reads_complete() {
     block_on(async {
-        let opts = GlommioOptions { depth: 16, max_gap: 0, ..Default::default() };
+        let opts = GlommioOptions::default().depth(16).max_gap(0);
         let Fixture { file, table, dir: _dir } = Fixture::new(1024, opts).await;
         let engine = table.source().engine().clone();
         let big: Vec<u64> = (0..1024).step_by(2).collect();
@@ -56,8 +56,8 @@ fn a_panicking_hook_fails_the_gather_not_the_caller() {
                 Action::Proceed
             }
         });
-        let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let Fixture { file, table, dir: _dir } = Fixture::new(64, opts).await;
+        let opts = GlommioOptions::default().max_gap(0);
+        let Fixture { file, table, dir: _dir } = Fixture::hooked(64, opts, Some(hook)).await;
         let e = table.gather(&[1, 7, 30]).unwrap().await.unwrap_err();
         // The error names the row whose read the hook panicked in, and its offset.
         assert!(matches!(e, Error::Panicked { target: Some(Target::Row(7)), offset: Some(28672), .. }), "{e}");
@@ -81,8 +81,8 @@ fn a_panic_while_copying_out_fails_the_gather_and_frees_the_slot() {
                 Action::Proceed
             }
         });
-        let opts = GlommioOptions { hook: Some(hook), max_gap: 0, ..Default::default() };
-        let Fixture { file, table, dir: _dir } = Fixture::new(64, opts).await;
+        let opts = GlommioOptions::default().max_gap(0);
+        let Fixture { file, table, dir: _dir } = Fixture::hooked(64, opts, Some(hook)).await;
         let e = table.gather(&[0, 20]).unwrap().await.unwrap_err();
         assert!(matches!(e, Error::Panicked { .. }), "{e}");
         assert!(table.source().engine().is_idle());
@@ -124,9 +124,9 @@ fn bad_options_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
         std::fs::write(&path, pattern(8192)).unwrap();
-        let e = GlommioEngine::open(&path, GlommioOptions { depth: 0, ..Default::default() }).await.unwrap_err();
+        let e = GlommioEngine::open(&path, GlommioOptions::default().depth(0)).await.unwrap_err();
         assert!(e.to_string().contains("depth"), "{e}");
-        let e = GlommioEngine::open(&path, GlommioOptions { max_read: 1000, ..Default::default() }).await.unwrap_err();
+        let e = GlommioEngine::open(&path, GlommioOptions::default().max_read(1000)).await.unwrap_err();
         assert!(e.to_string().contains("max_read") && e.to_string().contains("alignment"), "{e}");
         let e = GlommioEngine::open(dir.path().join("missing"), GlommioOptions::default()).await.unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");

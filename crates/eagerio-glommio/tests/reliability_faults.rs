@@ -10,7 +10,7 @@ use common::{fault_schedule, fault_schedule::Config, Glommio};
 use eagerio_glommio::GlommioOptions;
 
 /// A small depth (32 reads in flight), so the schedule's gathers queue behind one another.
-const GLOMMIO: Glommio = Glommio { opts: || GlommioOptions { depth: 32, ..Default::default() } };
+const GLOMMIO: Glommio = Glommio { opts: || GlommioOptions::default().depth(32) };
 
 #[test]
 fn faults_random_schedule_10k_ops() {

@@ -81,7 +81,7 @@ fn buffered_only_and_keep() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         std::fs::write(&path, b"0123456789").unwrap();
-        let opts = WriterOptions { keep: true, buffered_only: true, ..Default::default() };
+        let opts = WriterOptions::default().keep(true).buffered_only(true);
         let sink = GlommioWriter::create(&path, opts).await.unwrap();
         assert!(!sink.engine().is_direct());
         let w = sink.append(Bytes::from(vec![b'x'; 8192]));

@@ -132,7 +132,7 @@ async fn run_all(label: &str, case: &Case<'_>, sweep: &[(u64, usize, u64)], thro
         let opts = match gap {
             None => ObjectStoreOptions::default(),
             Some(max_gap) => {
-                ObjectStoreOptions { max_gap, tune_gap: false, concurrency, max_request, ..Default::default() }
+                ObjectStoreOptions::default().max_gap(max_gap).tune_gap(false).depth(concurrency).max_read(max_request)
             }
         };
         let table = ObjectStoreEngine::with_len(dyn_store.clone(), case.loc.clone(), case.table.len() as u64, opts)
@@ -312,8 +312,7 @@ async fn main() {
     let ids = row_ids(rows, n, 4);
     eprintln!("moto: uploading {} MiB", table.len() >> 20);
     // One part in flight at a time: moto (Python) slows to a crawl under concurrent 8 MiB parts.
-    let opts =
-        WriterOptions { sink: SinkOptions { max_in_flight_bytes: 8 << 20, append_from: 0 }, ..Default::default() };
+    let opts = WriterOptions::default().sink(SinkOptions::default().max_in_flight_bytes(8 << 20).append_from(0));
     let sink = ObjectStoreWriter::create(s3.clone(), loc.clone(), opts).await.unwrap();
     for chunk in table.chunks(8 << 20) {
         drop(sink.append(Bytes::copy_from_slice(chunk)));

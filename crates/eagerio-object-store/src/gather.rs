@@ -12,7 +12,7 @@ use std::{
 
 use eagerio_core::{
     backend::{JobHandle, ReadEngine},
-    fault::{Action, Hook, IoKind, IoPoint},
+    fault::{self, Action, Hook, IoKind, IoPoint},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 use object_store::{path::Path, ObjectStore, ObjectStoreExt};
@@ -31,22 +31,23 @@ use crate::error::to_io;
 pub const DEFAULT_MAX_GAP: u64 = 256 * 1024;
 
 /// Default largest range per GET: 8 MiB. Longer extents are split so they fetch in parallel.
-pub const DEFAULT_MAX_REQUEST: u64 = 8 << 20;
+pub const DEFAULT_MAX_READ: u64 = 8 << 20;
 
 /// The bounds of a tuned gap ([`ObjectStoreOptions::tune_gap`]).
 pub const TUNED_GAP_RANGE: std::ops::RangeInclusive<u64> = (4 << 10)..=(16 << 20);
 
-/// Options of an [`ObjectStoreEngine`].
+/// Options of an [`ObjectStoreEngine`]: `ObjectStoreOptions::default().depth(256)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ObjectStoreOptions {
     /// GETs in flight for the engine as a whole, however many gathers run on it (and its
     /// clones): the size of its [`RequestLimit`], unless [`limit`](Self::limit) shares one.
     /// Default 64, a load most stores take from one client. Where the store allows more, more is
     /// faster: 256 took the benchmark's gather from 216 ms to 139 ms (see
     /// `docs/bench/remote-gather.md`); 16 took it to 681 ms.
-    pub concurrency: usize,
+    pub depth: usize,
     /// A request cap shared with other engines (other objects of the same store, say): GETs in
-    /// flight for all of them together. `None`: the engine's own cap of `concurrency`.
+    /// flight for all of them together. `None`: the engine's own cap of `depth`.
     pub limit: Option<RequestLimit>,
     /// Largest hole fetched to join two wanted ranges (the read-amplification bound). Default
     /// [`DEFAULT_MAX_GAP`]. With [`tune_gap`](Self::tune_gap) it is the starting bound.
@@ -61,29 +62,35 @@ pub struct ObjectStoreOptions {
     /// cost nothing gets the upper bound. Turn it off for a fixed read-amplification bound
     /// (bytes are billed) or for reproducible plans.
     pub tune_gap: bool,
-    /// Largest range of one GET, 1 byte to 1 GiB. Default [`DEFAULT_MAX_REQUEST`]. Smaller
+    /// Largest range of one GET, 1 byte to 1 GiB. Default [`DEFAULT_MAX_READ`]. Smaller
     /// GETs spread a dense gather over more streams: with 256 in flight, 1 MiB took the
     /// benchmark's gather from 139 ms to 86 ms. Stores that pay per request (moto reads the whole
     /// object for each) want it larger.
-    pub max_request: u64,
-    /// The name used for the object in errors. Default `<store>/<path>` (e.g.
-    /// `AmazonS3(bucket)/tables/t.bin`).
+    pub max_read: u64,
+    /// The name used for the object in errors, and the one a fault hook is installed for
+    /// ([`fault::inject`]). Default `<store>/<path>` (e.g. `AmazonS3(bucket)/tables/t.bin`).
     pub name: Option<PathBuf>,
-    /// A fault or latency hook, called before every GET (see [`eagerio_core::fault`]). A hook
-    /// that sleeps blocks a runtime worker thread while it sleeps.
-    pub hook: Option<Hook>,
 }
+
+eagerio_core::options_setters!(ObjectStoreOptions {
+    depth: usize,
+    max_gap: u64,
+    tune_gap: bool,
+    max_read: u64,
+} some {
+    limit: RequestLimit,
+    name: PathBuf,
+});
 
 impl Default for ObjectStoreOptions {
     fn default() -> Self {
         ObjectStoreOptions {
-            concurrency: 64,
+            depth: 64,
             limit: None,
             max_gap: DEFAULT_MAX_GAP,
             tune_gap: true,
-            max_request: DEFAULT_MAX_REQUEST,
+            max_read: DEFAULT_MAX_READ,
             name: None,
-            hook: None,
         }
     }
 }
@@ -104,7 +111,7 @@ impl RequestLimit {
     /// [`Error::InvalidOptions`] for 0, or more than `tokio::sync::Semaphore::MAX_PERMITS`.
     pub fn new(max: usize) -> Result<RequestLimit> {
         if max == 0 || max > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err(Error::invalid_option("ObjectStoreOptions::concurrency", "at least one GET in flight"));
+            return Err(Error::invalid_option("ObjectStoreOptions::depth", "at least one GET in flight"));
         }
         Ok(RequestLimit { permits: Arc::new(tokio::sync::Semaphore::new(max)), max })
     }
@@ -190,7 +197,7 @@ impl CostFit {
 /// Reads one object with range GETs on tokio tasks; the engine of a [`Source`]. Cloning shares
 /// the object and the counters.
 ///
-/// Each gather spawns up to [`ObjectStoreOptions::concurrency`] tasks on the runtime the engine
+/// Each gather spawns up to [`ObjectStoreOptions::depth`] tasks on the runtime the engine
 /// was opened on, before the gather call returns. A task waits for a permit of the engine's
 /// [`RequestLimit`], then issues one GET for the next unclaimed extent of the plan, and so on
 /// until none is left or the gather's future was dropped: however many gathers run, at most the
@@ -228,8 +235,8 @@ impl ObjectStoreEngine {
     ///
     /// # Errors
     /// [`Error::Io`] (op `Open`) if the `HEAD` fails, e.g. `NotFound` for a missing object, with
-    /// the HTTP status in the message; [`Error::InvalidOptions`] for a zero concurrency or a
-    /// `max_request` outside 1 byte..=1 GiB; [`Error::Unavailable`] outside a tokio runtime.
+    /// the HTTP status in the message; [`Error::InvalidOptions`] for a zero `depth` or a
+    /// `max_read` outside 1 byte..=1 GiB; [`Error::Unavailable`] outside a tokio runtime.
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         location: Path,
@@ -257,22 +264,24 @@ impl ObjectStoreEngine {
         let rt = crate::runtime("opening an object")?;
         let limit = match opts.limit.clone() {
             Some(limit) => limit,
-            None => RequestLimit::new(opts.concurrency)?,
+            None => RequestLimit::new(opts.depth)?,
         };
-        if opts.max_request == 0 || opts.max_request > 1 << 30 {
+        if opts.max_read == 0 || opts.max_read > 1 << 30 {
             return Err(Error::invalid_option(
-                "max_request",
-                format!("{} bytes is outside 1 byte..=1 GiB", opts.max_request),
+                "ObjectStoreOptions::max_read",
+                format!("{} bytes is outside 1 byte..=1 GiB", opts.max_read),
             ));
         }
-        let info = FileInfo { path: name(&opts, &*store, &location), len, align: 1, max_read: opts.max_request };
+        let path = name(&opts, &*store, &location);
+        let hook = fault::injected(&path);
+        let info = FileInfo { path, len, align: 1, max_read: opts.max_read };
         let engine = ObjectStoreEngine {
             inner: Arc::new(Inner {
                 store,
                 location,
                 info,
                 limit,
-                hook: opts.hook,
+                hook,
                 rt,
                 requests: AtomicU64::new(0),
                 bytes_fetched: AtomicU64::new(0),

@@ -6,8 +6,8 @@
 //! [`Source::gather_ranges`](eagerio_core::Source::gather_ranges) and
 //! [`RowTable::gather`](eagerio_core::RowTable::gather) over an [`ObjectStoreEngine`] plan the
 //! request (sorted, deduplicated, holes joined up to the gap the GETs' measured cost calls for,
-//! see [`ObjectStoreOptions::tune_gap`], split at [`ObjectStoreOptions::max_request`]) and spawn
-//! up to [`ObjectStoreOptions::concurrency`] tokio tasks *before they return*. Each task issues
+//! see [`ObjectStoreOptions::tune_gap`], split at [`ObjectStoreOptions::max_read`]) and spawn
+//! up to [`ObjectStoreOptions::depth`] tokio tasks *before they return*. Each task issues
 //! one range GET at a time and takes the next extent as soon as its GET is back, so the window
 //! stays full. The rows come back in request order.
 //!
@@ -79,7 +79,7 @@ mod sink;
 
 pub use error::http_status;
 pub use gather::{
-    store_for_url, ObjectStoreEngine, ObjectStoreOptions, RequestLimit, DEFAULT_MAX_GAP, DEFAULT_MAX_REQUEST,
+    store_for_url, ObjectStoreEngine, ObjectStoreOptions, RequestLimit, DEFAULT_MAX_GAP, DEFAULT_MAX_READ,
     TUNED_GAP_RANGE,
 };
 pub use sink::{ObjectSink, ObjectStoreWriter, WriterOptions, DEFAULT_PART_SIZE};

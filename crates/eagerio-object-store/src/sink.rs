@@ -52,8 +52,9 @@ use crate::error::to_io;
 /// Default part size: 8 MiB (S3 and GCS need at least 5 MiB for every part but the last).
 pub const DEFAULT_PART_SIZE: usize = 8 << 20;
 
-/// Options of an [`ObjectStoreWriter`].
+/// Options of an [`ObjectStoreWriter`]: `WriterOptions::default().part_size(16 << 20)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct WriterOptions {
     /// Sink options: the in-flight bound (bytes of writes whose parts are uploading).
     /// `append_from` must be 0: an object store cannot write after a hole.
@@ -62,17 +63,16 @@ pub struct WriterOptions {
     /// `complete` (the error is reported by `close`); memory and local stores take any size.
     /// Default [`DEFAULT_PART_SIZE`].
     pub part_size: usize,
-    /// The name used for the object in errors. Default `<store>/<path>`.
+    /// The name used for the object in errors, and the one a fault hook is installed for
+    /// ([`fault::inject`]). Default `<store>/<path>`.
     pub name: Option<PathBuf>,
-    /// A fault or latency hook, called before every part upload (kind `Write`, the part's
-    /// stream offset and length) and before `complete` (kind `Sync`). A hook that sleeps blocks a
-    /// runtime worker thread while it sleeps.
-    pub hook: Option<Hook>,
 }
+
+eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, part_size: usize } some { name: PathBuf });
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { sink: SinkOptions::default(), part_size: DEFAULT_PART_SIZE, name: None, hook: None }
+        WriterOptions { sink: SinkOptions::default(), part_size: DEFAULT_PART_SIZE, name: None }
     }
 }
 
@@ -198,6 +198,7 @@ impl ObjectStoreWriter {
             ));
         }
         let name = opts.name.clone().unwrap_or_else(|| PathBuf::from(format!("{store}/{location}")));
+        let hook = fault::injected(&name);
         let upload = store
             .put_multipart(&location)
             .await
@@ -208,7 +209,7 @@ impl ObjectStoreWriter {
                 location,
                 name,
                 part_size: opts.part_size,
-                hook: opts.hook,
+                hook,
                 rt,
                 state: Mutex::new(State {
                     phase: Phase::Open,

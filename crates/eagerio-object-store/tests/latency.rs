@@ -27,7 +27,7 @@ fn throttled_gather_starts_at_call_time_and_runs_concurrently() {
         let latency = Duration::from_millis(20);
         let cfg = ThrottleConfig { wait_get_per_call: latency, ..Default::default() };
         let store: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem, cfg));
-        let opts = ObjectStoreOptions { concurrency: 50, max_gap: 0, ..Default::default() };
+        let opts = ObjectStoreOptions::default().depth(50).max_gap(0);
         let table = ObjectStoreEngine::with_len(store, loc, file.len() as u64, opts)
             .unwrap()
             .rows(RowLayout { base: 0, row_size: row as u64, rows: None })
@@ -72,7 +72,7 @@ fn tuned_gap_follows_latency_times_bandwidth() {
             ..Default::default()
         };
         let store: Arc<dyn ObjectStore> = Arc::new(ThrottledStore::new(mem, cfg));
-        let opts = ObjectStoreOptions { max_gap: 0, max_request: 1 << 20, ..Default::default() };
+        let opts = ObjectStoreOptions::default().max_gap(0).max_read(1 << 20);
         let table = ObjectStoreEngine::with_len(store, loc, file.len() as u64, opts)
             .unwrap()
             .rows(RowLayout { base: 0, row_size: 4096, rows: None })

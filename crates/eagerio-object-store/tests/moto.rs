@@ -50,13 +50,9 @@ fn moto_s3_roundtrips_errors_and_multipart() {
         let mut table_bytes = vec![0u8; row * rows];
         rng.fill(&mut table_bytes[..]);
         let loc = Path::from("tables/t.bin");
-        let sink = ObjectStoreWriter::create(
-            store.clone(),
-            loc.clone(),
-            WriterOptions { part_size: 5 << 20, ..Default::default() },
-        )
-        .await
-        .unwrap();
+        let sink = ObjectStoreWriter::create(store.clone(), loc.clone(), WriterOptions::default().part_size(5 << 20))
+            .await
+            .unwrap();
         for chunk in table_bytes.chunks(1 << 20) {
             drop(sink.append(Bytes::copy_from_slice(chunk)));
         }
@@ -107,13 +103,9 @@ fn moto_s3_roundtrips_errors_and_multipart() {
         // S3 refuses parts under 5 MiB but the last: close reports it, the upload is aborted and
         // nothing is published.
         let small = Path::from("small-parts.bin");
-        let sink = ObjectStoreWriter::create(
-            store.clone(),
-            small.clone(),
-            WriterOptions { part_size: 1 << 20, ..Default::default() },
-        )
-        .await
-        .unwrap();
+        let sink = ObjectStoreWriter::create(store.clone(), small.clone(), WriterOptions::default().part_size(1 << 20))
+            .await
+            .unwrap();
         sink.append(Bytes::from(vec![9u8; 3 << 20])).await.unwrap();
         let e = sink.close().await.unwrap_err();
         assert!(e.to_string().contains("completing the multipart upload failed with HTTP 400"), "{e}");

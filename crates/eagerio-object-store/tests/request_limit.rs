@@ -51,8 +51,12 @@ async fn run(tables: &[RowTable<ObjectStoreEngine>], data: &[u8]) {
     }
 }
 
-fn opts(concurrency: usize, limit: Option<RequestLimit>) -> ObjectStoreOptions {
-    ObjectStoreOptions { concurrency, limit, max_gap: 0, tune_gap: false, ..Default::default() }
+fn opts(depth: usize, limit: Option<RequestLimit>) -> ObjectStoreOptions {
+    let opts = ObjectStoreOptions::default().depth(depth).max_gap(0).tune_gap(false);
+    match limit {
+        Some(limit) => opts.limit(limit),
+        None => opts,
+    }
 }
 
 #[test]
@@ -88,5 +92,5 @@ fn request_limit_shared_by_two_engines() {
 #[test]
 fn request_limit_zero_is_refused() {
     let e = RequestLimit::new(0).unwrap_err();
-    assert!(e.to_string().contains("ObjectStoreOptions::concurrency"), "{e}");
+    assert!(e.to_string().contains("ObjectStoreOptions::depth"), "{e}");
 }

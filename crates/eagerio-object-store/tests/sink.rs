@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{block_on, Kind, StoreBackend};
 use eagerio_core::{
     conformance::random_file,
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, Error, RowLayout, SinkOptions, Target,
 };
 use eagerio_object_store::WriterOptions;
@@ -46,7 +46,7 @@ fn appends_become_parts_and_write_at_elsewhere_is_refused() {
             let mut rng = StdRng::seed_from_u64(7);
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let sink = b.sink(&path, WriterOptions { part_size: 64 << 10, ..Default::default() }).await.unwrap();
+            let sink = b.sink(&path, WriterOptions::default().part_size(64 << 10)).await.unwrap();
             let mut expect = Vec::new();
             let mut futs = Vec::new();
             for _ in 0..64 {
@@ -95,7 +95,8 @@ fn failed_part_aborts_the_upload_and_close_reports_it() {
         for (name, b) in backends() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let opts = WriterOptions { part_size: 1000, hook: Some(eio_at(3000, IoKind::Write)), ..Default::default() };
+            let _faults = fault::inject(&path, eio_at(3000, IoKind::Write));
+            let opts = WriterOptions::default().part_size(1000);
             let sink = b.sink(&path, opts).await.unwrap();
             for i in 0..10u8 {
                 drop(sink.append(Bytes::from(vec![i; 1000])));
@@ -136,7 +137,8 @@ fn failed_completion_is_reported_and_aborts() {
         for (name, b) in backends() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let opts = WriterOptions { hook: Some(eio_at(0, IoKind::Sync)), ..Default::default() };
+            let _faults = fault::inject(&path, eio_at(0, IoKind::Sync));
+            let opts = WriterOptions::default();
             let sink = b.sink(&path, opts).await.unwrap();
             sink.append(Bytes::from(vec![1u8; 5000])).await.unwrap();
             let e = sink.close().await.unwrap_err();
@@ -154,13 +156,9 @@ fn backpressure_bound_holds_across_parts() {
         for (name, b) in backends() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let sink_opts = SinkOptions { max_in_flight_bytes: 64 * 1024, append_from: 0 };
-            let opts = WriterOptions {
-                sink: sink_opts,
-                part_size: 16 * 1024,
-                hook: Some(Hook::write_latency(Duration::from_millis(2))),
-                ..Default::default()
-            };
+            let sink_opts = SinkOptions::default().max_in_flight_bytes(64 * 1024).append_from(0);
+            let _faults = fault::inject(&path, Hook::write_latency(Duration::from_millis(2)));
+            let opts = WriterOptions::default().sink(sink_opts).part_size(16 * 1024);
             let sink = b.sink(&path, opts).await.unwrap();
             for i in 0..40u8 {
                 drop(sink.append(Bytes::from(vec![i; 16 * 1024])));
@@ -207,7 +205,7 @@ fn dropped_sink_aborts_the_upload() {
         let b = StoreBackend::new(Kind::Local);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.bin");
-        let sink = b.sink(&path, WriterOptions { part_size: 100, ..Default::default() }).await.unwrap();
+        let sink = b.sink(&path, WriterOptions::default().part_size(100)).await.unwrap();
         sink.append(Bytes::from(vec![3u8; 250])).await.unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "the upload stages a file");
         drop(sink);
@@ -276,7 +274,7 @@ fn one_append_spanning_many_parts() {
         for (name, b) in backends() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let sink = b.sink(&path, WriterOptions { part_size: 1 << 20, ..Default::default() }).await.unwrap();
+            let sink = b.sink(&path, WriterOptions::default().part_size(1 << 20)).await.unwrap();
             let data: Vec<u8> = (0..(16 << 20) + 5).map(|i| (i % 253) as u8).collect();
             drop(sink.append(Bytes::from(data.clone())));
             sink.close().await.unwrap();
@@ -294,7 +292,8 @@ fn writes_after_a_failed_part_are_refused_promptly() {
         for (name, b) in backends() {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("out.bin");
-            let opts = WriterOptions { part_size: 100, hook: Some(eio_at(0, IoKind::Write)), ..Default::default() };
+            let _faults = fault::inject(&path, eio_at(0, IoKind::Write));
+            let opts = WriterOptions::default().part_size(100);
             let sink = b.sink(&path, opts).await.unwrap();
             assert!(sink.append(Bytes::from(vec![0u8; 100])).await.is_err(), "{name}");
             let later: Vec<_> = (0..5).map(|_| sink.append(Bytes::from(vec![1u8; 100]))).collect();

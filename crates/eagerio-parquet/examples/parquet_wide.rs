@@ -44,7 +44,7 @@ fn engine_options() -> Result<TokioOptions, Err> {
     };
     let max_read = env("EAGERIO_PQ_MAX_READ_KB", 64)? << 10;
     let depth = env("EAGERIO_PQ_DEPTH", 64)?;
-    Ok(TokioOptions { max_read, depth, staging_bytes: max_read * depth.max(64), ..TokioOptions::default() })
+    Ok(TokioOptions::default().max_read(max_read).depth(depth).staging_bytes(max_read * depth.max(64)))
 }
 
 async fn write_file(path: &Path, rows: usize) -> Result<(), Err> {

@@ -8,7 +8,7 @@ use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, S
 use arrow_schema::{DataType, Field, Schema};
 use eagerio_core::{
     backend::ReadEngine,
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     mem::{MemEngine, MemFile},
     DataSink, Sink, SinkOptions, Source,
 };
@@ -106,11 +106,8 @@ async fn parquet_roundtrip_tokio_sink_and_gather() {
 async fn parquet_roundtrip_write_behind_slow_sink() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wb.parquet");
-    let opts = WriterOptions {
-        hook: Some(Hook::write_latency(std::time::Duration::from_millis(3))),
-        sink: SinkOptions { max_in_flight_bytes: 64 << 10, ..SinkOptions::default() },
-        ..WriterOptions::default()
-    };
+    let _slow = fault::inject(&path, Hook::write_latency(std::time::Duration::from_millis(3)));
+    let opts = WriterOptions::default().sink(SinkOptions::default().max_in_flight_bytes(64 << 10));
     let sink = TokioWriter::create(&path, opts).await.unwrap();
     write_table(EagerWriter::new(sink.clone()).write_behind(true)).await;
     let st = sink.stats();
@@ -178,9 +175,9 @@ async fn parquet_writer_failure_carries_eagerio_message() {
             Action::Proceed
         }
     });
-    let opts = WriterOptions { hook: Some(hook), ..WriterOptions::default() };
+    let _faults = fault::inject(&path, hook);
     for behind in [false, true] {
-        let sink = TokioWriter::create(&path, opts.clone()).await.unwrap();
+        let sink = TokioWriter::create(&path, WriterOptions::default()).await.unwrap();
         let t = table();
         let mut w =
             AsyncArrowWriter::try_new(EagerWriter::new(sink).write_behind(behind), t.schema(), Some(props())).unwrap();

@@ -10,13 +10,14 @@ use std::{
 
 use eagerio_core::{
     backend::{JobHandle, ReadEngine, Staging, DEFAULT_STAGING_BYTES},
-    fault::{with_hook, Hook, IoKind, IoPoint},
+    fault::{self, with_hook, Hook, IoKind, IoPoint},
     sys::{self, DirectIo},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 
-/// Options of the tokio gather engine.
+/// Options of the tokio gather engine: `TokioOptions::default().depth(128)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TokioOptions {
     /// Reads in flight for this engine, across all its gathers: the most blocking workers it
     /// runs at once, however many gathers are in flight. Default 64.
@@ -29,8 +30,6 @@ pub struct TokioOptions {
     pub max_gap: u64,
     /// Direct or buffered reads. Default [`DirectIo::Auto`].
     pub direct: DirectIo,
-    /// A fault hook for tests (see [`eagerio_core::fault`]).
-    pub hook: Option<Hook>,
     /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
     /// gather call; only the misses are read (see [`eagerio_core::residency`]). Default on.
     pub adaptive: bool,
@@ -44,11 +43,19 @@ impl Default for TokioOptions {
             max_read: 64 * 1024,
             max_gap: eagerio_core::DEFAULT_MAX_GAP,
             direct: DirectIo::Auto,
-            hook: None,
             adaptive: true,
         }
     }
 }
+
+eagerio_core::options_setters!(TokioOptions {
+    depth: usize,
+    staging_bytes: usize,
+    max_read: usize,
+    max_gap: u64,
+    direct: DirectIo,
+    adaptive: bool,
+});
 
 struct Inner {
     file: File,
@@ -92,7 +99,9 @@ impl std::fmt::Debug for TokioEngine {
 }
 
 impl TokioEngine {
-    /// Opens `path` for gathers (on the blocking pool).
+    /// Opens `path` for gathers: the `open(2)` and `statx` run on the blocking pool, so the
+    /// caller's task only waits. The file's fault hook, if a test installed one for `path`, is
+    /// taken now ([`fault::inject`]).
     ///
     /// # Errors
     /// [`Error::InvalidOptions`] for a zero depth or bad staging sizes; [`Error::Io`] if the
@@ -101,7 +110,7 @@ impl TokioEngine {
     pub async fn open(path: impl AsRef<Path>, opts: TokioOptions) -> Result<Source<TokioEngine>> {
         let path = path.as_ref().to_path_buf();
         let p = path.clone();
-        crate::asyncify(&path, move || Self::open_blocking(&p, opts)).await
+        crate::unblock(&path, move || Self::open_blocking(&p, opts)).await
     }
 
     /// [`open`](Self::open), blocking the calling thread; it must be inside a tokio runtime
@@ -109,7 +118,8 @@ impl TokioEngine {
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_blocking(path: &Path, opts: TokioOptions) -> Result<Source<TokioEngine>> {
+    pub fn open_blocking(path: impl AsRef<Path>, opts: TokioOptions) -> Result<Source<TokioEngine>> {
+        let path = path.as_ref();
         if opts.depth == 0 {
             return Err(Error::invalid_option("TokioOptions::depth", "at least one read must be in flight"));
         }
@@ -129,7 +139,7 @@ impl TokioEngine {
                 direct: gf.direct,
                 staging,
                 depth: opts.depth,
-                hook: opts.hook,
+                hook: fault::injected(path),
                 rt,
                 queue: Mutex::default(),
             }),
@@ -147,6 +157,19 @@ impl TokioEngine {
         opts: TokioOptions,
     ) -> Result<RowTable<TokioEngine>> {
         RowTable::new(Self::open(path, opts).await?, layout)
+    }
+
+    /// [`open_rows`](Self::open_rows), blocking the calling thread; it must be inside a tokio
+    /// runtime context.
+    ///
+    /// # Errors
+    /// As [`open_rows`](Self::open_rows).
+    pub fn open_rows_blocking(
+        path: impl AsRef<Path>,
+        layout: RowLayout,
+        opts: TokioOptions,
+    ) -> Result<RowTable<TokioEngine>> {
+        RowTable::new(Self::open_blocking(path, opts)?, layout)
     }
 
     /// Whether reads bypass the page cache.

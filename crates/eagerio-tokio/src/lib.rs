@@ -62,8 +62,13 @@ fn runtime(path: &std::path::Path) -> Result<tokio::runtime::Handle> {
     })
 }
 
-/// Runs a blocking open-like step on the blocking pool.
-async fn asyncify<T: Send + 'static>(
+/// Runs a blocking open-like step (`open(2)`, `statx`, a registration) of `path` on the current
+/// runtime's blocking pool, so that the caller's task only waits; a panic in it becomes
+/// [`Error::Panicked`]. The io_uring backend's async constructors use it too.
+///
+/// # Errors
+/// `f`'s error; [`Error::Unavailable`] outside a tokio runtime; [`Error::Panicked`].
+pub async fn unblock<T: Send + 'static>(
     path: &std::path::Path,
     f: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

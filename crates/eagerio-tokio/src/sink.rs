@@ -4,20 +4,21 @@ use std::{fs::File, path::Path, path::PathBuf, sync::Arc};
 
 use eagerio_core::{
     backend::{SyncOp, WriteEngine, WriteOp},
-    fault::{with_hook, Hook, IoKind, IoPoint},
+    fault::{self, with_hook, Hook, IoKind, IoPoint},
     sys, Result, Sink, SinkOptions,
 };
 
-/// Options of the tokio writer.
+/// Options of the tokio writer: `WriterOptions::default().keep(true)`.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct WriterOptions {
     /// Sink options: in-flight bound, first append offset.
     pub sink: SinkOptions,
     /// Keep the file's contents and append after them (default: truncate).
     pub keep: bool,
-    /// A fault or latency hook (see [`eagerio_core::fault`]).
-    pub hook: Option<Hook>,
 }
+
+eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool });
 
 /// An open file whose writes and syncs run on a tokio runtime's blocking pool: the engine of
 /// [`TokioWriter`], and of any other sink that falls back to the blocking pool (the io_uring
@@ -31,15 +32,16 @@ pub struct BlockingFile {
 
 impl BlockingFile {
     /// Creates (or, with `keep`, opens) `path` for writing on the current runtime's blocking
-    /// pool; returns it with the file's length (where appends start when `keep` is set).
+    /// pool; returns it with the file's length (where appends start when `keep` is set). The
+    /// fault hook installed for `path` ([`fault::inject`]), if any, applies to its writes.
     ///
     /// # Errors
     /// [`eagerio_core::Error::Unavailable`] outside a tokio runtime; as
     /// [`sys::open_sink_file`] otherwise.
-    pub fn create(path: &Path, keep: bool, hook: Option<Hook>) -> Result<(Arc<BlockingFile>, u64)> {
+    pub fn create(path: &Path, keep: bool) -> Result<(Arc<BlockingFile>, u64)> {
         let rt = crate::runtime(path)?;
         let (file, end) = sys::open_sink_file(path, keep)?;
-        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), hook, rt }), end))
+        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), hook: fault::injected(path), rt }), end))
     }
 
     /// The file's path.
@@ -108,7 +110,7 @@ impl TokioWriter {
     pub async fn create(path: impl AsRef<Path>, opts: WriterOptions) -> Result<Sink<TokioWriter>> {
         let path = path.as_ref().to_path_buf();
         let p = path.clone();
-        crate::asyncify(&path, move || Self::create_blocking(&p, opts)).await
+        crate::unblock(&path, move || Self::create_blocking(&p, opts)).await
     }
 
     /// [`create`](Self::create), blocking the calling thread; it must be inside a tokio runtime
@@ -116,8 +118,8 @@ impl TokioWriter {
     ///
     /// # Errors
     /// As [`create`](Self::create).
-    pub fn create_blocking(path: &Path, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
-        let (inner, end) = BlockingFile::create(path, opts.keep, opts.hook)?;
+    pub fn create_blocking(path: impl AsRef<Path>, mut opts: WriterOptions) -> Result<Sink<TokioWriter>> {
+        let (inner, end) = BlockingFile::create(path.as_ref(), opts.keep)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
         Sink::new(TokioWriter { inner }, opts.sink)
     }

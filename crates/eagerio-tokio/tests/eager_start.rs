@@ -8,7 +8,7 @@ use std::{
 
 use bytes::Bytes;
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, RowLayout,
 };
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};
@@ -59,9 +59,9 @@ fn sink_four_slow_writes_in_flight_before_any_await() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let started = Started::default();
-        let opts =
-            WriterOptions { hook: Some(started.hook(IoKind::Write, Duration::from_millis(100))), ..Default::default() };
-        let sink = TokioWriter::create(dir.path().join("out"), opts).await.unwrap();
+        let path = dir.path().join("out");
+        let _faults = fault::inject(&path, started.hook(IoKind::Write, Duration::from_millis(100)));
+        let sink = TokioWriter::create(&path, WriterOptions::default()).await.unwrap();
         let futs: Vec<_> = (0..4u8).map(|i| sink.append(Bytes::from(vec![i; 4096]))).collect();
         assert_eq!(started.wait_for(4), 4, "all 4 writes must be in flight before the first await");
         assert_eq!(sink.stats().in_flight, 4);
@@ -79,9 +79,8 @@ fn gather_four_slow_gathers_in_flight_before_any_await() {
         let path = dir.path().join("t");
         cold_file(&path, &vec![7u8; 4096 * 64]);
         let started = Started::default();
-        let opts =
-            TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::from_millis(100))), ..Default::default() };
-        let table = TokioEngine::open(&path, opts)
+        let _faults = fault::inject(&path, started.hook(IoKind::Read, Duration::from_millis(100)));
+        let table = TokioEngine::open(&path, TokioOptions::default())
             .await
             .unwrap()
             .rows(RowLayout { base: 0, row_size: 4096, rows: None })
@@ -102,8 +101,8 @@ fn gather_reads_issued_before_first_poll() {
         let path = dir.path().join("t");
         cold_file(&path, &(0..4096u32 * 16).map(|i| i as u8).collect::<Vec<_>>());
         let started = Started::default();
-        let opts =
-            TokioOptions { hook: Some(started.hook(IoKind::Read, Duration::ZERO)), max_gap: 0, ..Default::default() };
+        let _faults = fault::inject(&path, started.hook(IoKind::Read, Duration::ZERO));
+        let opts = TokioOptions::default().max_gap(0);
         let table = TokioEngine::open(&path, opts)
             .await
             .unwrap()

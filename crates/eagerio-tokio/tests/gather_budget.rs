@@ -12,7 +12,7 @@ use std::{
 };
 
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     RowLayout,
 };
 use eagerio_tokio::{TokioEngine, TokioOptions};
@@ -45,7 +45,8 @@ async fn gather_budget_bounds_reads_across_concurrent_gathers() {
         Action::Proceed
     });
     const DEPTH: usize = 8;
-    let opts = TokioOptions { depth: DEPTH, hook: Some(hook), adaptive: false, ..Default::default() };
+    let _faults = fault::inject(&path, hook);
+    let opts = TokioOptions::default().depth(DEPTH).adaptive(false);
     let table = TokioEngine::open_rows(&path, RowLayout { base: 0, row_size: ROW, rows: None }, opts).await.unwrap();
 
     // 64 gathers started before any is awaited, each of 40 rows far apart (40 reads each).

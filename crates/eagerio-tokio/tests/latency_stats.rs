@@ -4,7 +4,7 @@
 use std::{io::Write, time::Duration};
 
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     RowLayout,
 };
 use eagerio_tokio::{TokioEngine, TokioOptions};
@@ -23,7 +23,8 @@ async fn latency_stats_count_every_read_and_gather() {
         Action::Proceed
     });
     // Not adaptive: the freshly written rows are resident and would be copied without a read.
-    let opts = TokioOptions { hook: Some(hook), adaptive: false, depth: 4, ..Default::default() };
+    let _faults = fault::inject(&path, hook);
+    let opts = TokioOptions::default().adaptive(false).depth(4);
     let table = TokioEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts).await.unwrap();
     // Rows 3 apart: a hole of 8 KiB, past the 4 KiB gap bound, so each row is its own read.
     for g in 0..5u64 {

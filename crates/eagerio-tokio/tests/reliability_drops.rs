@@ -15,7 +15,7 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, RowLayout, SinkOptions,
 };
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};
@@ -52,20 +52,18 @@ fn drops_ten_thousand_futures_under_random_timeouts() {
             }
             Action::Proceed
         });
-        let opts = TokioOptions { hook: Some(hook.clone()), depth: 8, adaptive: false, ..Default::default() };
+        let _faults = fault::inject(&path, hook.clone());
+        let opts = TokioOptions::default().depth(8).adaptive(false);
         let t = TokioEngine::open(&path, opts)
             .await
             .unwrap()
             .rows(RowLayout { base: 0, row_size: ROW, rows: None })
             .unwrap();
         let out = dir.path().join("out.bin");
+        let _out_faults = fault::inject(&out, hook);
         let sink = TokioWriter::create(
             &out,
-            WriterOptions {
-                sink: SinkOptions { max_in_flight_bytes: 128 << 10, append_from: 0 },
-                hook: Some(hook),
-                ..Default::default()
-            },
+            WriterOptions::default().sink(SinkOptions::default().max_in_flight_bytes(128 << 10).append_from(0)),
         )
         .await
         .unwrap();

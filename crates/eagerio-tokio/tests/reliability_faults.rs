@@ -8,7 +8,7 @@ use common::{fault_schedule, fault_schedule::Config, Tokio};
 use eagerio_tokio::TokioOptions;
 
 /// A small depth (16 reads in flight), so the schedule's gathers queue behind one another.
-const TOKIO: Tokio = Tokio { opts: || TokioOptions { depth: 16, ..Default::default() } };
+const TOKIO: Tokio = Tokio { opts: || TokioOptions::default().depth(16) };
 
 #[test]
 fn faults_random_schedule_10k_ops() {

@@ -24,7 +24,7 @@ fn load_eight_tasks_thousand_gathers_one_source() {
         let file = Arc::new(rng.bytes((ROW * 2048) as usize));
         std::fs::write(&path, &file[..]).unwrap();
         eagerio_core::sys::evict(&path).unwrap();
-        let opts = TokioOptions { adaptive: false, ..Default::default() };
+        let opts = TokioOptions::default().adaptive(false);
         let t = TokioEngine::open(&path, opts)
             .await
             .unwrap()

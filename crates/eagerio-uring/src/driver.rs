@@ -25,8 +25,9 @@ use crate::{
     sink::UringWriter,
 };
 
-/// How a [`Driver`] is built.
+/// How a [`Driver`] is built: `DriverOptions::default().lanes(2).depth(256)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DriverOptions {
     /// Lanes: threads with a ring and a share of the staging each. Default 1. More lanes add
     /// depth and a core's worth of completion handling each.
@@ -66,6 +67,18 @@ impl Default for DriverOptions {
         }
     }
 }
+
+eagerio_core::options_setters!(DriverOptions {
+    lanes: usize,
+    depth: usize,
+    max_read: usize,
+    setup: SetupFlags,
+    register_buffers: bool,
+} some {
+    staging_bytes: usize,
+    files: u32,
+    name: String,
+});
 
 /// The options that size the staging, as errors name them.
 const STAGING_NAMES: [&str; 2] = ["DriverOptions::staging_bytes", "DriverOptions::max_read"];

@@ -5,7 +5,7 @@ use std::{fmt, path::Path, sync::Arc};
 
 use eagerio_core::{
     backend::{JobHandle, ReadEngine},
-    fault::Hook,
+    fault,
     sys::{self, DirectIo},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
@@ -27,9 +27,10 @@ pub enum Fallback {
     Tokio,
 }
 
-/// Options of one file opened on io_uring lanes. The lanes, their depth and staging are the
-/// [`Driver`]'s.
+/// Options of one file opened on io_uring lanes: `UringOptions::default().driver(d)`. The lanes,
+/// their depth and staging are the [`Driver`]'s ([`DriverOptions`]).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct UringOptions {
     /// The driver whose lanes serve the file. `None`: the process-wide [`Driver::shared`].
     pub driver: Option<Driver>,
@@ -42,8 +43,6 @@ pub struct UringOptions {
     pub split_threshold: usize,
     /// Force a fallback.
     pub fallback: Fallback,
-    /// A fault hook for tests, evaluated on the lane thread at each completion of this file.
-    pub hook: Option<Hook>,
     /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
     /// gather call; only the misses go to the lanes (see [`eagerio_core::residency`]). Default on.
     pub adaptive: bool,
@@ -57,11 +56,20 @@ impl Default for UringOptions {
             direct: DirectIo::Auto,
             split_threshold: 4096,
             fallback: Fallback::Auto,
-            hook: None,
             adaptive: true,
         }
     }
 }
+
+eagerio_core::options_setters!(UringOptions {
+    max_gap: u64,
+    direct: DirectIo,
+    split_threshold: usize,
+    fallback: Fallback,
+    adaptive: bool,
+} some {
+    driver: Driver,
+});
 
 enum Kind {
     Lanes { driver: Driver, file: Arc<LaneFile> },
@@ -100,8 +108,9 @@ impl fmt::Debug for UringEngine {
 impl UringEngine {
     /// Opens `path` for gathers on `opts.driver` (or the process-wide [`Driver::shared`],
     /// started here if nothing holds it): opens the file (`O_DIRECT` per `opts.direct`) and
-    /// queues its registration in each lane's file table. Works from any executor (starting the
-    /// shared driver blocks briefly); gathers need none.
+    /// queues its registration in each lane's file table, on the calling thread. Gathers need
+    /// no executor. The fault hook installed for `path` ([`fault::inject`]), if any, runs on the
+    /// lane thread at each of the file's completions.
     ///
     /// Falls back to the tokio backend, logging why with `tracing`, if the ring is refused
     /// (`EPERM`, `ENOSYS`, seccomp, a missing opcode); see [`mode`](Self::mode).
@@ -135,7 +144,7 @@ impl UringEngine {
             }
         };
         let align = if direct { info.align } else { 1 };
-        let file = driver.attach(gf.file, align, path.to_path_buf(), opts.hook.clone());
+        let file = driver.attach(gf.file, align, path.to_path_buf(), fault::injected(path));
         let inner = Inner {
             info,
             mode: driver.mode(),
@@ -148,31 +157,46 @@ impl UringEngine {
         Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
     }
 
-    /// [`open_blocking`](Self::open_blocking) from async code.
+    /// [`open_blocking`](Self::open_blocking) from async code: inside a tokio runtime the
+    /// blocking steps (the `open(2)`, starting the shared driver) run on its blocking pool and the
+    /// caller's task only waits; on any other executor they run in the poll, a few system calls.
     ///
     /// # Errors
     /// As [`open_blocking`](Self::open_blocking).
     pub async fn open(path: impl AsRef<Path>, opts: UringOptions) -> Result<Source<UringEngine>> {
-        Self::open_blocking(path, opts)
+        crate::unblock(path.as_ref(), move |p| Self::open_blocking(p, opts)).await
     }
 
-    /// Opens `path` as a table of fixed-size rows.
+    /// Opens `path` as a table of fixed-size rows, as [`open`](Self::open) does.
     ///
     /// # Errors
     /// As [`open_blocking`](Self::open_blocking) and [`RowTable::new`].
-    pub fn open_rows(path: impl AsRef<Path>, layout: RowLayout, opts: UringOptions) -> Result<RowTable<UringEngine>> {
+    pub async fn open_rows(
+        path: impl AsRef<Path>,
+        layout: RowLayout,
+        opts: UringOptions,
+    ) -> Result<RowTable<UringEngine>> {
+        RowTable::new(Self::open(path, opts).await?, layout)
+    }
+
+    /// [`open_rows`](Self::open_rows) on the calling thread.
+    ///
+    /// # Errors
+    /// As [`open_rows`](Self::open_rows).
+    pub fn open_rows_blocking(
+        path: impl AsRef<Path>,
+        layout: RowLayout,
+        opts: UringOptions,
+    ) -> Result<RowTable<UringEngine>> {
         RowTable::new(Self::open_blocking(path, opts)?, layout)
     }
 
     fn tokio(path: &Path, opts: &UringOptions, info: FileInfo, direct: bool, why: String) -> Result<Source<Self>> {
-        let topts = TokioOptions {
-            max_read: info.max_read as usize,
-            max_gap: opts.max_gap,
-            direct: if direct { DirectIo::On } else { DirectIo::Off },
-            hook: opts.hook.clone(),
-            adaptive: false,
-            ..TokioOptions::default()
-        };
+        let topts = TokioOptions::default()
+            .max_read(info.max_read as usize)
+            .max_gap(opts.max_gap)
+            .direct(if direct { DirectIo::On } else { DirectIo::Off })
+            .adaptive(false);
         let source = TokioEngine::open_blocking(path, topts).map_err(|e| match e {
             Error::Unavailable { .. } => Error::Unavailable {
                 backend: "io_uring",

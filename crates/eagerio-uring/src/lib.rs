@@ -96,7 +96,8 @@
 //!   few thousand up, two lanes were 1.2-1.6x one lane.
 //!
 //! # Hooks
-//! A fault hook belongs to one file and runs on the lane thread when a completion of that file
+//! A fault hook (installed for the file's path with [`eagerio_core::fault::inject`]) belongs to
+//! the file opened while it is installed, and runs on the lane thread when a completion of that file
 //! is reaped (so "the Nth completion is EIO" is exact). A hook that sleeps stalls the whole lane,
 //! every file on it included: it is a test seam, not a latency simulator.
 
@@ -109,4 +110,18 @@ mod sink;
 pub use driver::{default_staging, Driver, DriverOptions};
 pub use gather::{Fallback, UringEngine, UringOptions};
 pub use ring::{memlock_limit, Mode, SetupFlags};
-pub use sink::{UringWriter, UringWriterOptions};
+pub use sink::{UringWriter, WriterOptions};
+
+/// Runs `open`, a blocking open-like step of `path`, on tokio's blocking pool inside a tokio
+/// runtime, so the caller's task only waits; on any other executor (the lanes need none) in the
+/// poll itself.
+async fn unblock<T: Send + 'static>(
+    path: &std::path::Path,
+    open: impl FnOnce(&std::path::Path) -> eagerio_core::Result<T> + Send + 'static,
+) -> eagerio_core::Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return open(path);
+    }
+    let owned = path.to_path_buf();
+    eagerio_tokio::unblock(path, move || open(&owned)).await
+}

@@ -4,8 +4,7 @@ use std::{path::Path, sync::Arc};
 
 use eagerio_core::{
     backend::{SyncOp, WriteEngine, WriteOp},
-    fault::Hook,
-    Error, Result, Sink, SinkOptions,
+    fault, Error, Result, Sink, SinkOptions,
 };
 
 use eagerio_tokio::BlockingFile;
@@ -16,18 +15,19 @@ use crate::{
     ring::Mode,
 };
 
-/// Options of the io_uring sink.
+/// Options of the io_uring sink: `WriterOptions::default().keep(true)`.
 #[derive(Debug, Clone, Default)]
-pub struct UringWriterOptions {
+#[non_exhaustive]
+pub struct WriterOptions {
     /// The sink's in-flight bound and append start.
     pub sink: SinkOptions,
     /// Keep the file's contents (appends start at its end) instead of truncating it.
     pub keep: bool,
     /// The driver whose lane carries the writes. `None`: the process-wide [`Driver::shared`].
     pub driver: Option<Driver>,
-    /// A fault hook for tests, evaluated on the lane thread at each completion.
-    pub hook: Option<Hook>,
 }
+
+eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool } some { driver: Driver });
 
 enum Kind {
     /// Writes go through a lane of the driver.
@@ -53,7 +53,11 @@ impl std::fmt::Debug for UringWriter {
 impl UringWriter {
     /// Creates (or, with `keep`, opens) `path` on `opts.driver` (or the process-wide
     /// [`Driver::shared`], started here if nothing holds it). The sink's writes all go through
-    /// one of the driver's lanes, chosen round robin at creation.
+    /// one of the driver's lanes, chosen round robin at creation. The fault hook installed for
+    /// `path` ([`fault::inject`]), if any, runs on the lane thread at each completion.
+    ///
+    /// Inside a tokio runtime the blocking steps run on its blocking pool; elsewhere in the poll
+    /// (as [`UringEngine::open`](crate::UringEngine::open) does).
     ///
     /// If the shared driver cannot start because io_uring is refused (`EPERM`, `ENOSYS`,
     /// seccomp), the sink writes on the current tokio runtime's blocking pool instead, logging
@@ -63,7 +67,15 @@ impl UringWriter {
     /// [`Error::Io`] if the file cannot be opened; [`Error::InvalidOptions`] for a path that is
     /// not a regular file or block device; [`Error::Unavailable`] if io_uring is refused and no
     /// tokio runtime is there to fall back to.
-    pub fn create(path: impl AsRef<Path>, mut opts: UringWriterOptions) -> Result<Sink<UringWriter>> {
+    pub async fn create(path: impl AsRef<Path>, opts: WriterOptions) -> Result<Sink<UringWriter>> {
+        crate::unblock(path.as_ref(), move |p| Self::create_blocking(p, opts)).await
+    }
+
+    /// [`create`](Self::create) on the calling thread.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    pub fn create_blocking(path: impl AsRef<Path>, mut opts: WriterOptions) -> Result<Sink<UringWriter>> {
         let path = path.as_ref();
         let driver = match opts.driver.take() {
             Some(d) => d,
@@ -75,14 +87,14 @@ impl UringWriter {
         };
         let (file, end) = eagerio_core::sys::open_sink_file(path, opts.keep)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
-        let file = driver.attach(file, 1, path.to_path_buf(), opts.hook);
+        let file = driver.attach(file, 1, path.to_path_buf(), fault::injected(path));
         let inbox = driver.sink_lane();
         let w = UringWriter { kind: Arc::new(Kind::Lane { file, inbox, driver }) };
         Sink::new(w, opts.sink)
     }
 
-    fn tokio(path: &Path, mut opts: UringWriterOptions, why: String) -> Result<Sink<UringWriter>> {
-        let (file, end) = BlockingFile::create(path, opts.keep, opts.hook.take()).map_err(|e| match e {
+    fn tokio(path: &Path, mut opts: WriterOptions, why: String) -> Result<Sink<UringWriter>> {
+        let (file, end) = BlockingFile::create(path, opts.keep).map_err(|e| match e {
             Error::Unavailable { .. } => Error::Unavailable {
                 backend: "io_uring",
                 reason: format!(

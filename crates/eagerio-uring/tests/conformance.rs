@@ -15,10 +15,9 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 static UNREGISTERED: LazyLock<Driver> =
-    LazyLock::new(|| Driver::new(DriverOptions { register_buffers: false, ..Default::default() }).unwrap());
+    LazyLock::new(|| Driver::new(DriverOptions::default().register_buffers(false)).unwrap());
 
-static TWO_LANES: LazyLock<Driver> =
-    LazyLock::new(|| Driver::new(DriverOptions { lanes: 2, depth: 8, ..Default::default() }).unwrap());
+static TWO_LANES: LazyLock<Driver> = LazyLock::new(|| Driver::new(DriverOptions::default().lanes(2).depth(8)).unwrap());
 
 /// The uring backend needs no runtime: the suite runs on `futures`' executor. The default
 /// staging is sized to register within RLIMIT_MEMLOCK.
@@ -35,7 +34,7 @@ mod registered {
 fn deadline_slow_read_then_reuse() {
     let uring = Uring { opts: UringOptions::default, mode: Some(registered_mode()) };
     block_on(eagerio_core::conformance::deadline_slow_read_then_reuse(&uring));
-    let two = || UringOptions { driver: Some(TWO_LANES.clone()), split_threshold: 2, ..Default::default() };
+    let two = || UringOptions::default().driver(TWO_LANES.clone()).split_threshold(2);
     let uring = Uring { opts: two, mode: Some(registered_mode()) };
     block_on(eagerio_core::conformance::deadline_slow_read_then_reuse(&uring));
 }
@@ -43,7 +42,7 @@ fn deadline_slow_read_then_reuse() {
 mod unregistered {
     eagerio_core::conformance_suite!(
         super::Uring {
-            opts: || super::UringOptions { driver: Some(super::UNREGISTERED.clone()), ..Default::default() },
+            opts: || super::UringOptions::default().driver(super::UNREGISTERED.clone()),
             mode: Some(super::Mode::Unregistered),
         },
         super::block_on
@@ -53,11 +52,7 @@ mod unregistered {
 mod two_lanes_split {
     eagerio_core::conformance_suite!(
         super::Uring {
-            opts: || super::UringOptions {
-                driver: Some(super::TWO_LANES.clone()),
-                split_threshold: 2,
-                ..Default::default()
-            },
+            opts: || super::UringOptions::default().driver(super::TWO_LANES.clone()).split_threshold(2),
             mode: Some(super::registered_mode()),
         },
         super::block_on
@@ -69,7 +64,7 @@ mod tokio_fallback {
     use super::common::tokio_block_on as block_on;
     eagerio_core::conformance_suite!(
         super::Uring {
-            opts: || super::UringOptions { fallback: super::Fallback::Tokio, ..Default::default() },
+            opts: || super::UringOptions::default().fallback(super::Fallback::Tokio),
             mode: Some(super::Mode::Tokio),
         },
         block_on

@@ -47,8 +47,9 @@ fn child_under_memlock_limit() {
     match expect.as_str() {
         "fits" => {
             let before = threads();
-            let tables: Vec<_> =
-                (0..48).map(|_| UringEngine::open_rows(&path, layout, UringOptions::default()).unwrap()).collect();
+            let tables: Vec<_> = (0..48)
+                .map(|_| UringEngine::open_rows_blocking(&path, layout, UringOptions::default()).unwrap())
+                .collect();
             let added = threads() - before;
             let engine = tables[0].source().engine();
             let driver = engine.driver().unwrap();
@@ -66,9 +67,9 @@ fn child_under_memlock_limit() {
             }
         }
         "refused" => {
-            let driver = Driver::new(DriverOptions { staging_bytes: Some(8 << 20), ..Default::default() }).unwrap();
-            let opts = UringOptions { driver: Some(driver), ..Default::default() };
-            let table = UringEngine::open_rows(&path, layout, opts).unwrap();
+            let driver = Driver::new(DriverOptions::default().staging_bytes(8 << 20)).unwrap();
+            let opts = UringOptions::default().driver(driver);
+            let table = UringEngine::open_rows_blocking(&path, layout, opts).unwrap();
             let engine = table.source().engine();
             println!(
                 "limit {limit} bytes, 8 MiB asked: mode {:?}, reason {:?}",

@@ -38,10 +38,11 @@ fn ring_refused_falls_back_to_tokio_or_errors_clearly() {
             return;
         }
         let _restore = Restore(old.trim().to_string());
-        let outside = UringEngine::open_rows(&path, layout, UringOptions::default()).map(|_| ());
-        let inside = rt.block_on(async { UringEngine::open_rows(&path, layout, UringOptions::default()) });
-        let sink = UringWriter::create(dir.path().join("out"), Default::default()).map(|_| ());
-        let inside_sink = rt.block_on(async { UringWriter::create(dir.path().join("out2"), Default::default()) });
+        let outside = UringEngine::open_rows_blocking(&path, layout, UringOptions::default()).map(|_| ());
+        let inside = rt.block_on(async { UringEngine::open_rows_blocking(&path, layout, UringOptions::default()) });
+        let sink = UringWriter::create_blocking(dir.path().join("out"), Default::default()).map(|_| ());
+        let inside_sink =
+            rt.block_on(async { UringWriter::create_blocking(dir.path().join("out2"), Default::default()) });
         (outside, inside, sink, inside_sink)
     };
 

@@ -14,7 +14,7 @@ use std::{
 };
 
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     Error, RowLayout, RowTable, Target,
 };
 use eagerio_uring::{Driver, DriverOptions, UringEngine, UringOptions};
@@ -53,9 +53,11 @@ fn expect(data: &[u8], ids: &[u64]) -> Vec<u8> {
 /// writes (with as many slots as depth, the stale read would block reuse anyway). The driver is
 /// the table's own, so its whole staging must come back.
 fn table(path: &Path, hook: Option<Hook>) -> RowTable<UringEngine> {
-    let driver = Driver::new(DriverOptions { depth: 32, staging_bytes: Some(8 * 64 * 1024), ..Default::default() });
-    let opts = UringOptions { hook, driver: Some(driver.unwrap()), ..Default::default() };
-    UringEngine::open_rows(path, RowLayout { base: 0, row_size: ROW, rows: None }, opts).unwrap()
+    let driver = Driver::new(DriverOptions::default().depth(32).staging_bytes(8 * 64 * 1024));
+    let opts = UringOptions::default().driver(driver.unwrap());
+    // The hook is taken at open: the guard may go once the table is open.
+    let _faults = hook.map(|h| fault::inject(path, h));
+    UringEngine::open_rows_blocking(path, RowLayout { base: 0, row_size: ROW, rows: None }, opts).unwrap()
 }
 
 fn wait_full(t: &RowTable<UringEngine>) {

@@ -12,11 +12,9 @@ use eagerio_uring::{Driver, DriverOptions, Mode, UringEngine, UringOptions};
 
 /// A small depth (32 operations in flight on the lane), so the schedule's gathers and writes
 /// queue behind one another on the one lane they share.
-static DEPTH_32: LazyLock<Driver> =
-    LazyLock::new(|| Driver::new(DriverOptions { depth: 32, ..Default::default() }).unwrap());
+static DEPTH_32: LazyLock<Driver> = LazyLock::new(|| Driver::new(DriverOptions::default().depth(32)).unwrap());
 
-const URING: Uring =
-    Uring { opts: || UringOptions { driver: Some(DEPTH_32.clone()), ..Default::default() }, mode: None };
+const URING: Uring = Uring { opts: || UringOptions::default().driver(DEPTH_32.clone()), mode: None };
 
 #[test]
 fn faults_random_schedule_10k_ops() {

@@ -22,8 +22,9 @@ fn load_eight_tasks_thousand_gathers_one_source() {
         let data = rng.bytes(4096 * 2048);
         std::fs::write(&path, &data).unwrap();
         eagerio_core::sys::evict(&path).unwrap();
-        let opts = UringOptions { adaptive: false, ..Default::default() };
-        let t = UringEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts).unwrap();
+        let opts = UringOptions::default().adaptive(false);
+        let t =
+            UringEngine::open_rows_blocking(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts).unwrap();
         let engine = t.source().engine().clone();
         load::run("uring", t, Arc::new(data), move || engine.staging_full()).await;
     });

@@ -13,10 +13,10 @@ use std::future::Future as _;
 
 use bytes::Bytes;
 use eagerio_core::{
-    fault::{Action, Hook, IoKind},
+    fault::{self, Action, Hook, IoKind},
     DataSink, Error,
 };
-use eagerio_uring::{UringWriter, UringWriterOptions};
+use eagerio_uring::{UringWriter, WriterOptions};
 
 /// Runs `f` on its own thread and waits at most `secs` for it: a hang fails the test instead of
 /// stalling the run.
@@ -29,7 +29,8 @@ fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send
 }
 
 fn create(path: &Path, hook: Option<Hook>) -> eagerio_core::Sink<UringWriter> {
-    UringWriter::create(path, UringWriterOptions { hook, ..Default::default() }).expect("io_uring sink")
+    let _faults = hook.map(|h| fault::inject(path, h));
+    UringWriter::create_blocking(path, WriterOptions::default()).expect("io_uring sink")
 }
 
 /// Issue 16 (1): a hook that panics at one write's completion fails that write; `flush` reports

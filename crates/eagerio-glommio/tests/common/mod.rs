@@ -8,11 +8,11 @@ pub mod fault_schedule;
 
 use std::path::Path;
 
-use eagerio_core::{conformance::Backend, fault::Hook, Result, Sink, SinkOptions, Source};
+use eagerio_core::{conformance::Backend, Result, Sink, SinkOptions, Source};
 use eagerio_glommio::{GlommioEngine, GlommioOptions, GlommioWriter, WriterOptions};
 use fault_schedule::FaultBackend;
 
-/// Opens sources with `opts()` plus the suite's hook.
+/// Opens sources with `opts()`.
 pub struct Glommio {
     pub opts: fn() -> GlommioOptions,
 }
@@ -27,12 +27,12 @@ impl Backend for Glommio {
     type Engine = GlommioEngine;
     type Writer = GlommioWriter;
 
-    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<GlommioEngine>> {
-        GlommioEngine::open(path, GlommioOptions { hook, ..(self.opts)() }).await
+    async fn open(&self, path: &Path) -> Result<Source<GlommioEngine>> {
+        GlommioEngine::open(path, (self.opts)()).await
     }
 
-    async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<GlommioWriter>> {
-        GlommioWriter::create(path, WriterOptions { sink, hook, ..Default::default() }).await
+    async fn create(&self, path: &Path, sink: SinkOptions) -> Result<Sink<GlommioWriter>> {
+        GlommioWriter::create(path, WriterOptions::default().sink(sink)).await
     }
 
     /// No staging pool of its own (glommio allocates a DMA buffer per read): idle means every
@@ -77,12 +77,18 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new(rows: usize, opts: GlommioOptions) -> Fixture {
+        Self::hooked(rows, opts, None).await
+    }
+
+    /// [`new`](Self::new), the table opened with `hook` installed for its file.
+    pub async fn hooked(rows: usize, opts: GlommioOptions, hook: Option<eagerio_core::fault::Hook>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
         let file = pattern(4096 * rows);
         std::fs::write(&path, &file).unwrap();
         eagerio_core::sys::evict(&path).unwrap();
         let layout = eagerio_core::RowLayout { base: 0, row_size: 4096, rows: None };
+        let _faults = hook.map(|h| eagerio_core::fault::inject(&path, h));
         let table = GlommioEngine::open(&path, opts).await.unwrap().rows(layout).unwrap();
         Fixture { file, table, dir }
     }

@@ -3,7 +3,7 @@
 
 use std::{path::Path as FsPath, sync::Arc};
 
-use eagerio_core::{conformance::Backend, fault::Hook, Error, Result, Sink, SinkOptions, Source};
+use eagerio_core::{conformance::Backend, Error, Result, Sink, SinkOptions, Source};
 use eagerio_object_store::{ObjectSink, ObjectStoreEngine, ObjectStoreOptions, ObjectStoreWriter, WriterOptions};
 use object_store::{local::LocalFileSystem, path::Path, ObjectStore, ObjectStoreExt, PutPayload};
 
@@ -47,7 +47,7 @@ impl StoreBackend {
 
     pub async fn sink(&self, path: &FsPath, opts: WriterOptions) -> Result<ObjectSink> {
         let (store, loc) = self.locate(path);
-        ObjectStoreWriter::create(store, loc, WriterOptions { name: Some(path.to_path_buf()), ..opts }).await
+        ObjectStoreWriter::create(store, loc, opts.name(path.to_path_buf())).await
     }
 }
 
@@ -55,24 +55,18 @@ impl Backend for StoreBackend {
     type Engine = ObjectStoreEngine;
     type Writer = ObjectStoreWriter;
 
-    async fn open(&self, path: &FsPath, hook: Option<Hook>) -> Result<Source<ObjectStoreEngine>> {
+    async fn open(&self, path: &FsPath) -> Result<Source<ObjectStoreEngine>> {
         let (store, loc) = self.locate(path);
         if let Kind::Upload(_) = self.kind {
-            let bytes = std::fs::read(path).map_err(|source| Error::Io {
-                op: eagerio_core::Op::Open,
-                path: path.to_path_buf(),
-                offset: None,
-                target: None,
-                source,
-            })?;
+            let bytes = std::fs::read(path).map_err(|source| Error::open(path, source))?;
             store.put(&loc, PutPayload::from(bytes)).await.expect("upload the table");
         }
-        let opts = ObjectStoreOptions { hook, name: Some(path.to_path_buf()), ..self.opts.clone() };
+        let opts = self.opts.clone().name(path.to_path_buf());
         ObjectStoreEngine::open(store, loc, opts).await
     }
 
-    async fn create(&self, path: &FsPath, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<ObjectStoreWriter>> {
-        let opts = WriterOptions { sink, hook, part_size: CONFORMANCE_PART, ..Default::default() };
+    async fn create(&self, path: &FsPath, sink: SinkOptions) -> Result<Sink<ObjectStoreWriter>> {
+        let opts = WriterOptions::default().sink(sink).part_size(CONFORMANCE_PART);
         Ok(self.sink(path, opts).await?.into_sink())
     }
 

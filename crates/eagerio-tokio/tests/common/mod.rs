@@ -8,11 +8,11 @@ pub mod fault_schedule;
 
 use std::path::Path;
 
-use eagerio_core::{conformance::Backend, fault::Hook, Result, Sink, SinkOptions, Source};
+use eagerio_core::{conformance::Backend, Result, Sink, SinkOptions, Source};
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};
 use fault_schedule::FaultBackend;
 
-/// Opens sources with `opts()` plus the suite's hook.
+/// Opens sources with `opts()`.
 pub struct Tokio {
     pub opts: fn() -> TokioOptions,
 }
@@ -27,12 +27,12 @@ impl Backend for Tokio {
     type Engine = TokioEngine;
     type Writer = TokioWriter;
 
-    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<TokioEngine>> {
-        TokioEngine::open(path, TokioOptions { hook, ..(self.opts)() }).await
+    async fn open(&self, path: &Path) -> Result<Source<TokioEngine>> {
+        TokioEngine::open(path, (self.opts)()).await
     }
 
-    async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<TokioWriter>> {
-        TokioWriter::create(path, WriterOptions { sink, hook, ..Default::default() }).await
+    async fn create(&self, path: &Path, sink: SinkOptions) -> Result<Sink<TokioWriter>> {
+        TokioWriter::create(path, WriterOptions::default().sink(sink)).await
     }
 
     fn staging_full(&self, source: &Source<TokioEngine>) -> bool {

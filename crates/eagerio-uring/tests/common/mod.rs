@@ -8,11 +8,11 @@ pub mod fault_schedule;
 
 use std::path::Path;
 
-use eagerio_core::{conformance::Backend, fault::Hook, Result, Sink, SinkOptions, Source};
-use eagerio_uring::{Mode, UringEngine, UringOptions, UringWriter, UringWriterOptions};
+use eagerio_core::{conformance::Backend, Result, Sink, SinkOptions, Source};
+use eagerio_uring::{Mode, UringEngine, UringOptions, UringWriter, WriterOptions};
 use fault_schedule::FaultBackend;
 
-/// Opens sources with `opts()` plus the suite's hook; with `mode` set, every open asserts the
+/// Opens sources with `opts()`; with `mode` set, every open asserts the
 /// engine came up in that mode (so a silent fallback cannot pass as the mode under test).
 pub struct Uring {
     pub opts: fn() -> UringOptions,
@@ -29,17 +29,22 @@ impl Backend for Uring {
     type Engine = UringEngine;
     type Writer = UringWriter;
 
-    async fn open(&self, path: &Path, hook: Option<Hook>) -> Result<Source<UringEngine>> {
-        let src = UringEngine::open(path, UringOptions { hook, ..(self.opts)() }).await?;
+    async fn open(&self, path: &Path) -> Result<Source<UringEngine>> {
+        let src = UringEngine::open(path, (self.opts)()).await?;
         if let Some(mode) = self.mode {
             assert_eq!(src.engine().mode(), mode, "{:?}", src.engine().fallback_reason());
         }
         Ok(src)
     }
 
-    async fn create(&self, path: &Path, sink: SinkOptions, hook: Option<Hook>) -> Result<Sink<UringWriter>> {
+    async fn create(&self, path: &Path, sink: SinkOptions) -> Result<Sink<UringWriter>> {
         // On the sources' driver: the sink shares its lanes with the tables.
-        UringWriter::create(path, UringWriterOptions { sink, hook, driver: (self.opts)().driver, ..Default::default() })
+        let opts = WriterOptions::default().sink(sink);
+        let opts = match (self.opts)().driver {
+            Some(driver) => opts.driver(driver),
+            None => opts,
+        };
+        UringWriter::create(path, opts).await
     }
 
     fn staging_full(&self, source: &Source<UringEngine>) -> bool {
