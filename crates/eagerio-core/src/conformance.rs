@@ -13,6 +13,10 @@ use std::{
     io::{self, Write},
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Condvar, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -46,7 +50,7 @@ macro_rules! conformance_suite {
     ($backend:expr, $block_on:expr) => {
         $crate::conformance_suite!(@tests $backend, $block_on,
             rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
-            truncated_file_then_recovery, read_error_names_the_row, drop_mid_flight_then_reuse,
+            truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
             adaptive_eviction_races_the_copy);
@@ -255,6 +259,35 @@ pub async fn read_error_names_the_row<B: Backend>(b: &B) {
     wait_full(b, table.source()).await;
 }
 
+/// A panic where a read is done (an injected [`Action::Panic`], as a panicking hook or copy-out
+/// would) fails that gather with [`Error::Panicked`] naming the row; the panic unwinds through no
+/// worker, lane or executor, and the next gather is right.
+pub async fn read_panic_names_the_row<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 64, &mut rng);
+    let bad = 40 * 4096;
+    let armed = Arc::new(AtomicBool::new(true));
+    let hook_armed = armed.clone();
+    let hook = Hook::new(move |p| {
+        let hit = p.kind == IoKind::Read && p.offset <= bad && bad < p.offset + p.len as u64;
+        if hit && hook_armed.load(Ordering::SeqCst) {
+            Action::Panic
+        } else {
+            Action::Proceed
+        }
+    });
+    let _faults = fault::inject(&path, hook);
+    let src = b.open(&path).await.unwrap();
+    let table = src.with_max_gap(0).rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let e = table.gather(&[1, 40, 2]).unwrap().await.unwrap_err();
+    assert!(matches!(e, Error::Panicked { .. }), "{e}");
+    assert!(e.to_string().contains("row 40") && e.to_string().contains("injected panic"), "{e}");
+    armed.store(false, Ordering::SeqCst);
+    let got = table.gather(&[40, 1, 63]).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &[40, 1, 63])[..]);
+    wait_full(b, table.source()).await;
+}
+
 /// Gathers dropped right after the call and mid-flight; staging returns to full and the next
 /// gathers are correct.
 pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
@@ -291,10 +324,6 @@ pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
 /// backend's thread, which on a thread-per-core executor is the thread the future needs. Backends
 /// whose reads run off the caller's executor call it from a test of their own.
 pub async fn deadline_slow_read_then_reuse<B: Backend>(b: &B) {
-    use std::sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Condvar, Mutex,
-    };
     let mut rng = StdRng::seed_from_u64(seed());
     let (_d, path, file) = random_file(4096 * 1024, &mut rng);
     let gate = Arc::new((Mutex::new(false), Condvar::new()));

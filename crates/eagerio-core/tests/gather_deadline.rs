@@ -57,6 +57,13 @@ impl SlowEngine {
         self.read(&job, extent, cancelled.then(|| std::io::Error::from_raw_os_error(125)));
     }
 
+    /// Completes the held read but keeps its handle: the job's last party, not yet dropped.
+    fn complete_held_keeping_the_handle(&self) -> JobHandle {
+        let (job, extent) = self.held.lock().unwrap().take().expect("a read is held");
+        self.read(&job, extent, None);
+        job
+    }
+
     fn expected(&self, rows: &[u64]) -> Vec<u8> {
         rows.iter().flat_map(|&r| &self.data[(r * ROW) as usize..((r + 1) * ROW) as usize]).copied().collect()
     }
@@ -115,9 +122,25 @@ fn deadline_resolves_on_time_while_a_read_is_in_flight() {
 
     // The read in flight completes later (cancelled by the kernel); the table serves the next gather.
     engine.release(true);
+    assert_eq!((table.stats().gathers, table.stats().failed), (1, 1), "a timed-out gather counts as failed");
     let next = spread(30);
     assert_eq!(&block_on(table.gather(&next).unwrap()).unwrap()[..], &engine.expected(&next)[..]);
     assert_eq!(engine.cancels.load(Ordering::SeqCst), 1, "a gather that finished is not cancelled");
+    assert_eq!((table.stats().gathers, table.stats().failed), (2, 1), "{:?}", table.stats());
+}
+
+#[test]
+fn every_row_read_before_the_deadline_is_ok_though_the_gather_settles_after_it() {
+    let engine = SlowEngine::new(10_000);
+    let table = table(&engine);
+    *engine.hold_next.lock().unwrap() = true;
+    let rows = spread(4);
+    let fut = table.gather(&rows).unwrap().with_timeout(Duration::from_millis(50));
+    // Every read is done; the job's last party still holds it past the deadline.
+    let last = engine.complete_held_keeping_the_handle();
+    std::thread::sleep(Duration::from_millis(80));
+    drop(last);
+    assert_eq!(&block_on(fut).unwrap()[..], &engine.expected(&rows)[..], "nothing was left unread");
 }
 
 #[test]

@@ -401,18 +401,21 @@ async fn worker(live: Live, job: JobHandle) {
         let Some(i) = job.next_extent() else { return };
         let e = job.plan().extents()[i];
         let range = e.offset..e.offset + u64::from(e.len);
-        // A hook that panics unwinds this task: the job handle records the panic as it drops.
-        let cap = match inner
-            .hook
-            .as_ref()
-            .map(|h| h.check(IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize }))
-        {
-            Some(Action::Fail(err)) => {
+        // A hook that panics fails this extent's read, naming its row, like any other backend.
+        let cap = match fault::ask(
+            inner.hook.as_ref(),
+            IoPoint { kind: IoKind::Read, offset: e.offset, len: e.len as usize },
+        ) {
+            Ok(Action::Fail(err)) => {
                 job.complete(i, &[], Err(err));
                 continue;
             }
-            Some(Action::Short(n)) => Some(n),
-            _ => None,
+            Ok(Action::Short(n)) => Some(n),
+            Ok(Action::Proceed | Action::Panic) => None,
+            Err(payload) => {
+                job.fail_panicked(i, &*payload);
+                continue;
+            }
         };
         inner.requests.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
