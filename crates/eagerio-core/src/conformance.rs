@@ -51,7 +51,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@tests $backend, $block_on,
             rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
             truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
-            sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported, sink_flush_after_dropped_futures,
+            sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
+            sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
             adaptive_eviction_races_the_copy);
     };
@@ -452,6 +453,47 @@ pub async fn sink_write_error_reported<B: Backend>(b: &B) {
         other => panic!("expected WriteFailed, got {other}"),
     }
     sink.flush().await.expect("failures are reported once");
+}
+
+/// A flush future dropped unread gives its report back: the next flush reports the failure,
+/// whether the dropped flush had fired already (its result waiting, untaken) or was still
+/// waiting on the slow failing write when dropped.
+pub async fn sink_dropped_flush_keeps_its_report<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let slow_failure = || {
+        Hook::new(|p| {
+            if p.kind == IoKind::Write && p.offset == 100 {
+                std::thread::sleep(Duration::from_millis(50));
+                Action::Fail(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                Action::Proceed
+            }
+        })
+    };
+    for fired in [true, false] {
+        let path = dir.path().join(format!("out-{fired}.bin"));
+        let _faults = fault::inject(&path, slow_failure());
+        let sink = b.create(&path, SinkOptions::default()).await.unwrap();
+        sink.append(Bytes::from(vec![1u8; 100])).await.unwrap();
+        let bad = sink.append(Bytes::from(vec![2u8; 100]));
+        if fired {
+            // The write failed before the flush was called: its result waits, untaken.
+            bad.await.unwrap_err();
+            drop(sink.flush());
+        } else {
+            // Dropped while the failing write still sleeps in its hook.
+            drop(sink.flush());
+            bad.await.unwrap_err();
+        }
+        match sink.flush().await.expect_err(&format!("the dropped flush's report is lost (fired: {fired})")) {
+            Error::WriteFailed { failures, .. } => {
+                let got: Vec<_> = failures.iter().map(|f| (f.offset, f.len)).collect();
+                assert_eq!(got, [(100, 100)], "the dropped flush's failure, once (fired: {fired})");
+            }
+            other => panic!("expected WriteFailed, got {other}"),
+        }
+        sink.flush().await.expect("reported once");
+    }
 }
 
 /// Failures of writes whose futures were dropped are reported by the flush, every one.

@@ -109,6 +109,8 @@ enum WaitState<T> {
     Pending(Option<Waker>),
     Done(T),
     Taken,
+    /// The future was dropped before it took the value: nobody will read one.
+    Abandoned,
 }
 
 impl<T> Waiter<T> {
@@ -120,10 +122,25 @@ impl<T> Waiter<T> {
         StdArc::new(Waiter { state: Mutex::new(WaitState::Done(value)) })
     }
 
-    fn set(&self, value: T) {
-        let prev = std::mem::replace(&mut *lock(&self.state), WaitState::Done(value));
+    /// Hands `value` to the future; gives it back if the future was dropped (nobody reads it).
+    fn set(&self, value: T) -> Option<T> {
+        let mut g = lock(&self.state);
+        if matches!(*g, WaitState::Abandoned) {
+            return Some(value);
+        }
+        let prev = std::mem::replace(&mut *g, WaitState::Done(value));
+        drop(g);
         if let WaitState::Pending(Some(w)) = prev {
             crate::gather::wake(w);
+        }
+        None
+    }
+
+    /// The future is being dropped: returns the value it was handed and never took, if any.
+    fn abandon(&self) -> Option<T> {
+        match std::mem::replace(&mut *lock(&self.state), WaitState::Abandoned) {
+            WaitState::Done(v) => Some(v),
+            _ => None,
         }
     }
 
@@ -135,7 +152,7 @@ impl<T> Waiter<T> {
                 *g = WaitState::Pending(Some(cx.waker().clone()));
                 Poll::Pending
             }
-            WaitState::Taken => panic!("sink future polled after completion"),
+            WaitState::Taken | WaitState::Abandoned => panic!("sink future polled after completion"),
         }
     }
 }
@@ -168,7 +185,6 @@ struct State<E: WriteEngine> {
     writes: u64,
     bytes: u64,
     failed_total: u64,
-    failures: Vec<WriteFailure>,
     barriers: Vec<Barrier>,
     ready_waiters: Vec<StdArc<Waiter<()>>>,
     closed: bool,
@@ -180,6 +196,8 @@ struct Inner<E: WriteEngine> {
     opts: SinkOptions,
     next_append: AtomicU64,
     state: Mutex<State<E>>,
+    /// Locked after `state` where both are held.
+    reports: SharedReports,
 }
 
 /// The eager sink over a [`WriteEngine`]. Cloning shares it.
@@ -257,13 +275,12 @@ impl<E: WriteEngine> Drop for WriteOp<E> {
 /// [`complete`](Self::complete).
 pub struct SyncOp<E: WriteEngine> {
     waiter: Option<StdArc<Waiter<Result<()>>>>,
-    path: PathBuf,
-    _engine: std::marker::PhantomData<fn(E)>,
+    sink: StdArc<Inner<E>>,
 }
 
 impl<E: WriteEngine> fmt::Debug for SyncOp<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SyncOp").field("path", &self.path).finish()
+        f.debug_struct("SyncOp").field("path", &self.sink.path).finish()
     }
 }
 
@@ -271,26 +288,65 @@ impl<E: WriteEngine> SyncOp<E> {
     /// Reports the sync's outcome.
     pub fn complete(mut self, result: io::Result<()>) {
         let w = self.waiter.take().expect("a sync op completes once");
-        w.set(result.map_err(|source| Error::Io {
+        let unread = w.set(result.map_err(|source| Error::Io {
             op: Op::Sync,
-            path: self.path.clone(),
+            path: self.sink.path.clone(),
             offset: None,
             target: None,
             source,
         }));
+        if let Some(Err(report)) = unread {
+            requeue(&self.sink.reports, report);
+        }
     }
 }
 
 impl<E: WriteEngine> Drop for SyncOp<E> {
     fn drop(&mut self) {
         if let Some(w) = self.waiter.take() {
-            w.set(Err(Error::Abandoned { op: Op::Sync, path: self.path.clone() }));
+            w.set(Err(Error::Abandoned { op: Op::Sync, path: self.sink.path.clone() }));
         }
     }
 }
 
+/// What the next flush, sync or close reports. Apart from [`State`] (and not generic over the
+/// engine), so that a flush future dropped unread can hand its report back from any thread.
+///
+/// A plain `std` mutex, also under loom: its critical sections hold no loom operation, so a
+/// model thread is never switched out while holding it, and it adds no interleavings.
+#[derive(Default)]
+struct Reports {
+    /// Failed writes not reported yet, in the order they failed.
+    failures: Vec<WriteFailure>,
+    /// A failed `fdatasync` whose sync or close future was dropped unread: reported by the next
+    /// barrier, after the failures of writes.
+    sync_failure: Option<Error>,
+}
+
+type SharedReports = StdArc<std::sync::Mutex<Reports>>;
+
+fn reports(r: &SharedReports) -> std::sync::MutexGuard<'_, Reports> {
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Gives back a report that no future read: write failures go before any that came since; a
+/// failed sync is kept for the next barrier. Other reports (`Closed`, `Abandoned`) concern that
+/// future alone.
+fn requeue(r: &SharedReports, report: Error) {
+    let mut r = reports(r);
+    match report {
+        Error::WriteFailed { failures, .. } => {
+            r.failures.splice(0..0, failures);
+        }
+        e @ Error::Io { op: Op::Sync, .. } => {
+            r.sync_failure.get_or_insert(e);
+        }
+        _ => {}
+    }
+}
+
 impl<E: WriteEngine> Inner<E> {
-    fn finish(&self, op: &WriteOp<E>, result: io::Result<()>) {
+    fn finish(self: &StdArc<Self>, op: &WriteOp<E>, result: io::Result<()>) {
         let len = op.data.len();
         let outcome = match result {
             Ok(()) => Ok(()),
@@ -307,12 +363,15 @@ impl<E: WriteEngine> Inner<E> {
             }
             if let Err(e) = &outcome {
                 st.failed_total += 1;
-                st.failures.push(WriteFailure { offset: op.offset, len, error: e.clone() });
+                reports(&self.reports).failures.push(WriteFailure { offset: op.offset, len, error: e.clone() });
             }
             let to_start = self.admit(&mut st);
             let fired = self.fire(&mut st);
             (to_start, fired)
         };
+        // The barriers first: a caller who sees this write's result and then flushes must find
+        // the failure delivered to a flush, or back in the reports, never in transit.
+        self.run(fired);
         op.waiter.set(outcome.map_err(|e| Error::Io {
             op: Op::Write,
             path: self.path.clone(),
@@ -323,7 +382,6 @@ impl<E: WriteEngine> Inner<E> {
         for op in to_start {
             self.engine.submit_write(op);
         }
-        self.run(fired);
     }
 
     /// Moves pending writes in flight, in call order, and returns them to start. A write that
@@ -367,43 +425,58 @@ impl<E: WriteEngine> Inner<E> {
         let (done, keep): (Vec<_>, Vec<_>) =
             std::mem::take(&mut st.barriers).into_iter().partition(|b| b.before <= low);
         st.barriers = keep;
-        let failures = if done.is_empty() { Vec::new() } else { std::mem::take(&mut st.failures) };
+        let (failures, sync_failure) = if done.is_empty() {
+            (Vec::new(), None)
+        } else {
+            let mut r = reports(&self.reports);
+            let failures = std::mem::take(&mut r.failures);
+            let sync_failure = if failures.is_empty() { r.sync_failure.take() } else { None };
+            (failures, sync_failure)
+        };
         let ready = if st.in_flight_bytes < self.opts.max_in_flight_bytes && st.pending.is_empty() {
             std::mem::take(&mut st.ready_waiters)
         } else {
             Vec::new()
         };
-        Fired { barriers: done, failures, ready }
+        Fired { barriers: done, failures, sync_failure, ready }
     }
 
-    fn run(&self, fired: Fired) {
+    /// Settles the fired barriers with the report (or starts their syncs) and wakes the ready
+    /// waiters. A report that no live future received (each was dropped) goes back to the sink.
+    fn run(self: &StdArc<Self>, fired: Fired) {
         let report = if fired.failures.is_empty() {
-            None
+            fired.sync_failure
         } else {
             Some(Error::WriteFailed { path: self.path.clone(), failures: fired.failures })
         };
+        let mut delivered = false;
         for b in fired.barriers {
-            let res = match &report {
-                Some(e) => Err(e.duplicate()),
-                None => Ok(()),
+            let w = match (b.kind, &report) {
+                (BarrierKind::Flush(w) | BarrierKind::Sync(w), Some(_)) => w,
+                (BarrierKind::Flush(w), None) => {
+                    w.set(Ok(()));
+                    continue;
+                }
+                (BarrierKind::Sync(w), None) => {
+                    self.engine.submit_sync(SyncOp { waiter: Some(w), sink: self.clone() });
+                    continue;
+                }
             };
-            match b.kind {
-                BarrierKind::Flush(w) => w.set(res),
-                BarrierKind::Sync(w) => match res {
-                    Err(e) => w.set(Err(e)),
-                    Ok(()) => {
-                        let op = SyncOp { waiter: Some(w), path: self.path.clone(), _engine: std::marker::PhantomData };
-                        self.engine.submit_sync(op);
-                    }
-                },
-            }
+            let e = report.as_ref().map(Error::duplicate).expect("matched Some above");
+            delivered |= w.set(Err(e)).is_none();
+        }
+        if let (Some(report), false) = (report, delivered) {
+            requeue(&self.reports, report);
         }
         for w in fired.ready {
             w.set(());
         }
     }
 
-    fn barrier(&self, kind: impl FnOnce(StdArc<Waiter<Result<()>>>) -> BarrierKind) -> StdArc<Waiter<Result<()>>> {
+    fn barrier(
+        self: &StdArc<Self>,
+        kind: impl FnOnce(StdArc<Waiter<Result<()>>>) -> BarrierKind,
+    ) -> StdArc<Waiter<Result<()>>> {
         let w = Waiter::new();
         let fired = {
             let mut st = lock(&self.state);
@@ -435,6 +508,7 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 struct Fired {
     barriers: Vec<Barrier>,
     failures: Vec<WriteFailure>,
+    sync_failure: Option<Error>,
     ready: Vec<StdArc<Waiter<()>>>,
 }
 
@@ -474,11 +548,11 @@ impl<E: WriteEngine> Sink<E> {
                     writes: 0,
                     bytes: 0,
                     failed_total: 0,
-                    failures: Vec::new(),
                     barriers: Vec::new(),
                     ready_waiters: Vec::new(),
                     closed: false,
                 }),
+                reports: SharedReports::default(),
             }),
         })
     }
@@ -491,6 +565,10 @@ impl<E: WriteEngine> Sink<E> {
     /// Where the next `append` will land.
     pub fn append_offset(&self) -> u64 {
         self.inner.next_append.load(Ordering::Relaxed)
+    }
+
+    fn flush_future(&self, kind: impl FnOnce(StdArc<Waiter<Result<()>>>) -> BarrierKind) -> FlushFuture {
+        FlushFuture { waiter: self.inner.barrier(kind), reports: self.inner.reports.clone() }
     }
 
     fn start(&self, offset: u64, data: Bytes) -> WriteFuture {
@@ -552,16 +630,16 @@ impl<E: WriteEngine> DataSink for Sink<E> {
     }
 
     fn flush(&self) -> FlushFuture {
-        FlushFuture { waiter: self.inner.barrier(BarrierKind::Flush) }
+        self.flush_future(BarrierKind::Flush)
     }
 
     fn sync(&self) -> FlushFuture {
-        FlushFuture { waiter: self.inner.barrier(BarrierKind::Sync) }
+        self.flush_future(BarrierKind::Sync)
     }
 
     fn close(&self) -> FlushFuture {
         lock(&self.inner.state).closed = true;
-        FlushFuture { waiter: self.inner.barrier(BarrierKind::Sync) }
+        self.flush_future(BarrierKind::Sync)
     }
 
     fn ready(&self) -> ReadyFuture {
@@ -626,12 +704,26 @@ impl Future for WriteFuture {
 
 /// The wait for a flush, sync or close.
 ///
+/// Dropping it unread does not lose its report: the failures it would have returned (and a
+/// failed `fdatasync`) go back to the sink and the next flush, sync or close reports them. A
+/// report handed to two futures at once (two flushes waiting on the same writes) may so be
+/// returned twice, never not at all.
+///
 /// # Errors
 /// [`Error::WriteFailed`] listing every failed write since the last report; for a sync or close,
 /// also [`Error::Io`] from `fdatasync`.
 #[must_use = "a flush reports the failures of earlier writes"]
 pub struct FlushFuture {
     waiter: StdArc<Waiter<Result<()>>>,
+    reports: SharedReports,
+}
+
+impl Drop for FlushFuture {
+    fn drop(&mut self) {
+        if let Some(Err(report)) = self.waiter.abandon() {
+            requeue(&self.reports, report);
+        }
+    }
 }
 
 impl fmt::Debug for FlushFuture {

@@ -29,8 +29,8 @@ mod in_memory {
     eagerio_core::conformance_suite!(@tests backend(), block_on,
         rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported,
-        sink_closed_refuses_writes,
-        adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy);
+        sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes, adaptive_resident_and_missing_rows,
+        adaptive_eviction_races_the_copy);
 }
 
 mod local_fs {
@@ -43,6 +43,6 @@ mod local_fs {
     eagerio_core::conformance_suite!(@tests backend(), block_on,
         rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
-        sink_write_error_reported, sink_closed_refuses_writes, adaptive_resident_and_missing_rows,
-        adaptive_eviction_races_the_copy);
+        sink_write_error_reported, sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes,
+        adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy);
 }
