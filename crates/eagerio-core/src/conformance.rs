@@ -42,6 +42,11 @@ pub trait Backend {
     async fn create(&self, path: &Path, opts: SinkOptions) -> Result<Sink<Self::Writer>>;
     /// Whether every staging slot of `source` is back in its pool.
     fn staging_full(&self, source: &Source<Self::Engine>) -> bool;
+    /// Whether sources open in adaptive mode by default (local files: yes; object stores, which
+    /// have no page cache to serve from: no).
+    fn adaptive(&self) -> bool {
+        true
+    }
 }
 
 /// Expands to one `#[test]` per conformance check, running each with `$block_on`.
@@ -580,8 +585,8 @@ pub async fn adaptive_resident_and_missing_rows<B: Backend>(b: &B) {
     let got = fut.await.unwrap();
     assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
     let warm = table.stats();
-    if !table.source().is_adaptive() {
-        eprintln!("adaptive mode off for this backend: only the bytes were checked");
+    assert_eq!(table.source().is_adaptive(), b.adaptive(), "the backend's default adaptive mode");
+    if !b.adaptive() {
         return;
     }
     assert_eq!(warm.resident, 500, "every row of a warm table is served resident: {warm:?}");

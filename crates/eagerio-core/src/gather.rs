@@ -527,11 +527,6 @@ impl JobHandle {
             message: crate::error::panic_message(payload),
         });
     }
-
-    /// Counts `rows` requests as served from resident memory (adaptive mode).
-    pub fn add_resident(&self, rows: u64) {
-        self.job.resident.fetch_add(rows, Ordering::Relaxed);
-    }
 }
 
 /// Where a party stands with one job: see [`JobClaims`].

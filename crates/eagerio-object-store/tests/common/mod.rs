@@ -74,6 +74,10 @@ impl Backend for StoreBackend {
         // No staging: the analogue is that no task still holds a request of any gather.
         source.engine().workers() == 0
     }
+
+    fn adaptive(&self) -> bool {
+        false
+    }
 }
 
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
