@@ -451,19 +451,17 @@ impl<E: WriteEngine> Inner<E> {
         };
         let mut delivered = false;
         for b in fired.barriers {
-            let w = match (b.kind, &report) {
-                (BarrierKind::Flush(w) | BarrierKind::Sync(w), Some(_)) => w,
+            match (b.kind, &report) {
                 (BarrierKind::Flush(w), None) => {
                     w.set(Ok(()));
-                    continue;
                 }
                 (BarrierKind::Sync(w), None) => {
                     self.engine.submit_sync(SyncOp { waiter: Some(w), sink: self.clone() });
-                    continue;
                 }
-            };
-            let e = report.as_ref().map(Error::duplicate).expect("matched Some above");
-            delivered |= w.set(Err(e)).is_none();
+                (BarrierKind::Flush(w) | BarrierKind::Sync(w), Some(e)) => {
+                    delivered |= w.set(Err(e.duplicate())).is_none();
+                }
+            }
         }
         if let (Some(report), false) = (report, delivered) {
             requeue(&self.reports, report);
