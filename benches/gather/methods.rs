@@ -51,6 +51,9 @@ pub struct RunOut {
     pub bytes: Bytes,
     /// Reads the method issued (syscalls or submissions), where it knows.
     pub reads: Option<u64>,
+    /// Time inside the gather call, before its future is awaited (eagerio's planning, residency
+    /// probe and submission on the caller's thread); `None` for methods that are one call.
+    pub call: Option<std::time::Duration>,
 }
 
 /// A gather method.
@@ -157,9 +160,11 @@ impl<E: ReadEngine> Method for Eager<E> {
     fn run(&mut self, env: &Env, ids: &[u64]) -> Res<RunOut> {
         let table = self.table.as_ref().ok_or("method used before prepare")?;
         let before = table.stats().reads;
+        let t = std::time::Instant::now();
         let fut = table.gather(ids)?; // the reads are in flight from here
+        let call = t.elapsed();
         let bytes = env.rt.block_on(fut)?;
-        Ok(RunOut { bytes, reads: Some(table.stats().reads - before) })
+        Ok(RunOut { bytes, reads: Some(table.stats().reads - before), call: Some(call) })
     }
 }
 
@@ -301,7 +306,7 @@ impl Method for Mmap {
             let o = id as usize * rs;
             out.extend_from_slice(&map[o..o + rs]);
         }
-        Ok(RunOut { bytes: out.into(), reads: None })
+        Ok(RunOut { bytes: out.into(), reads: None, call: None })
     }
 }
 
@@ -335,7 +340,7 @@ impl Method for SerialPread {
         for (chunk, &id) in out.chunks_exact_mut(rs as usize).zip(ids) {
             file.read_exact_at(chunk, id * rs)?;
         }
-        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64) })
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None })
     }
 }
 
@@ -416,7 +421,7 @@ impl Method for PoolPread {
         if let Some(e) = failed.into_inner().expect("error lock") {
             return Err(e.into());
         }
-        Ok(RunOut { bytes: scatter(&uniq, &slot, rs).into(), reads: Some(unique.len() as u64) })
+        Ok(RunOut { bytes: scatter(&uniq, &slot, rs).into(), reads: Some(unique.len() as u64), call: None })
     }
 }
 
@@ -461,7 +466,7 @@ impl Method for TokioJoinAll {
         for r in rows {
             out.extend_from_slice(&r??);
         }
-        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64) })
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None })
     }
 }
 
@@ -471,8 +476,9 @@ impl Method for TokioJoinAll {
 /// What runs on the glommio executor thread.
 #[derive(Debug, Clone, Copy)]
 enum OnGlommioKind {
-    /// glommio's own `DmaFile::read_many` (a baseline).
-    ReadMany { concurrency: usize },
+    /// glommio's own `DmaFile::read_many` (a baseline), joining rows at most `amplification`
+    /// bytes apart.
+    ReadMany { concurrency: usize, amplification: usize },
     /// eagerio's glommio backend.
     #[cfg(feature = "glommio")]
     Eager { depth: usize },
@@ -507,9 +513,10 @@ impl Drop for GlommioWorker {
 }
 
 impl OnGlommio {
-    /// glommio's `read_many` with `concurrency` reads in flight.
-    pub fn read_many(concurrency: usize) -> OnGlommio {
-        OnGlommio { kind: OnGlommioKind::ReadMany { concurrency }, worker: None }
+    /// glommio's `read_many` with `concurrency` reads in flight, joining rows at most
+    /// `amplification` bytes apart (glommio's own default is 4 KiB).
+    pub fn read_many(concurrency: usize, amplification: usize) -> OnGlommio {
+        OnGlommio { kind: OnGlommioKind::ReadMany { concurrency, amplification }, worker: None }
     }
 
     /// eagerio's glommio backend with `depth` reads in flight.
@@ -520,7 +527,7 @@ impl OnGlommio {
 
     fn depth(&self) -> usize {
         match self.kind {
-            OnGlommioKind::ReadMany { concurrency } => concurrency,
+            OnGlommioKind::ReadMany { concurrency, .. } => concurrency,
             #[cfg(feature = "glommio")]
             OnGlommioKind::Eager { depth } => depth,
         }
@@ -530,12 +537,15 @@ impl OnGlommio {
 impl Method for OnGlommio {
     fn name(&self) -> String {
         let base = match self.kind {
-            OnGlommioKind::ReadMany { .. } => "glommio read_many",
+            OnGlommioKind::ReadMany { amplification: 4096, .. } => "glommio read_many".to_string(),
+            OnGlommioKind::ReadMany { amplification, .. } => {
+                format!("glommio read_many {} KiB amplification", amplification >> 10)
+            }
             #[cfg(feature = "glommio")]
-            OnGlommioKind::Eager { .. } => "eagerio glommio",
+            OnGlommioKind::Eager { .. } => "eagerio glommio".to_string(),
         };
         match self.depth() {
-            128 => base.to_string(),
+            128 => base,
             d => format!("{base} d{d}"),
         }
     }
@@ -572,7 +582,7 @@ impl Method for OnGlommio {
         let (tx, rx) = mpsc::channel();
         w.jobs.as_ref().expect("open while the worker lives").send((Arc::new(ids.to_vec()), tx))?;
         let (bytes, reads) = rx.recv()??;
-        Ok(RunOut { bytes, reads: Some(reads) })
+        Ok(RunOut { bytes, reads: Some(reads), call: None })
     }
 }
 
@@ -584,7 +594,7 @@ fn glommio_thread(
     ready: mpsc::Sender<Result<(), String>>,
 ) {
     let depth = match kind {
-        OnGlommioKind::ReadMany { concurrency } => concurrency,
+        OnGlommioKind::ReadMany { concurrency, .. } => concurrency,
         #[cfg(feature = "glommio")]
         OnGlommioKind::Eager { depth } => depth,
     };
@@ -599,7 +609,9 @@ fn glommio_thread(
     // Nothing else runs on this executor, so blocking on the channel between gathers is fine.
     ex.run(async move {
         match kind {
-            OnGlommioKind::ReadMany { concurrency } => read_many_loop(path, row_size, concurrency, jobs, ready).await,
+            OnGlommioKind::ReadMany { concurrency, amplification } => {
+                read_many_loop(path, row_size, concurrency, amplification, jobs, ready).await
+            }
             #[cfg(feature = "glommio")]
             OnGlommioKind::Eager { depth } => eager_glommio_loop(path, row_size, depth, jobs, ready).await,
         }
@@ -610,6 +622,7 @@ async fn read_many_loop(
     path: &Path,
     row_size: u64,
     concurrency: usize,
+    amplification: usize,
     jobs: mpsc::Receiver<GlommioJob>,
     ready: mpsc::Sender<Result<(), String>>,
 ) {
@@ -632,7 +645,7 @@ async fn read_many_loop(
             let (unique, slot) = sort_dedup(&ids);
             let iovs = futures::stream::iter(unique.iter().map(|&id| (id * row_size, rs)));
             let mut results = file
-                .read_many(iovs, MergedBufferLimit::Custom(64 << 10), ReadAmplificationLimit::Custom(4096))
+                .read_many(iovs, MergedBufferLimit::Custom(64 << 10), ReadAmplificationLimit::Custom(amplification))
                 .with_concurrency(concurrency);
             let mut uniq = vec![0u8; unique.len() * rs];
             let mut k = 0usize;
@@ -697,6 +710,126 @@ pub fn all_methods() -> Vec<Box<dyn Method>> {
     m.push(Box::new(SerialPread::new()));
     m.push(Box::new(PoolPread::new(32)));
     m.push(Box::new(TokioJoinAll::new()));
-    m.push(Box::new(OnGlommio::read_many(128)));
+    m.push(Box::new(OnGlommio::read_many(128, 4096)));
+    m.push(Box::new(OnGlommio::read_many(128, 16 << 10)));
+    m.push(Box::new(UringLoop::new(128)));
+    m.push(Box::new(UringLoop::new(512)));
     m
+}
+
+// ---------------------------------------------------------------------------------------------
+// a hand-written io_uring loop
+
+/// What a user writes by hand with the `io-uring` crate: one ring, the file opened `O_DIRECT`,
+/// the distinct rows in file order, each read as the 4 KiB-aligned span around it into a slot of
+/// its own, `depth` reads in flight, then a copy into request order. No coalescing, no
+/// registered buffers, no thread: the caller's thread submits and reaps.
+pub struct UringLoop {
+    depth: usize,
+    file: Option<(File, u64)>,
+}
+
+impl UringLoop {
+    pub fn new(depth: usize) -> UringLoop {
+        UringLoop { depth, file: None }
+    }
+}
+
+/// 4 KiB-aligned memory for `O_DIRECT` reads.
+struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(4096), 4096).expect("a valid layout");
+        // SAFETY: the layout's size is non-zero.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        AlignedBuf {
+            ptr: std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout)),
+            layout,
+        }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; no read is in flight into it (`run` reaps
+        // every read it submitted before it returns or drops the buffer).
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+impl Method for UringLoop {
+    fn name(&self) -> String {
+        format!("hand-written io_uring loop QD{}", self.depth)
+    }
+
+    fn family(&self) -> Family {
+        Family::Baseline
+    }
+
+    fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&env.path)?;
+        self.file = Some((file, row_size));
+        Ok(())
+    }
+
+    fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
+        use io_uring::{opcode, types, IoUring};
+        use std::os::fd::AsRawFd;
+        const PAGE: u64 = 4096;
+        let (file, rs) = self.file.as_ref().ok_or("method used before prepare")?;
+        let rs = *rs;
+        let (unique, slot) = sort_dedup(ids);
+        let span = |id: u64| {
+            let start = id * rs / PAGE * PAGE;
+            (start, ((id * rs + rs).div_ceil(PAGE) * PAGE - start) as usize)
+        };
+        let slot_len = (rs as usize).div_ceil(PAGE as usize) * PAGE as usize + PAGE as usize;
+        let bufs: Vec<AlignedBuf> = (0..self.depth).map(|_| AlignedBuf::new(slot_len)).collect();
+        let mut free: Vec<usize> = (0..self.depth).collect();
+        let mut ring = IoUring::new(self.depth.next_power_of_two() as u32)?;
+        let mut uniq = vec![0u8; unique.len() * rs as usize];
+        let (mut next, mut in_flight, mut done) = (0usize, 0usize, 0usize);
+        while done < unique.len() {
+            while in_flight < self.depth && next < unique.len() {
+                let b = free.pop().expect("a free slot while under depth");
+                let (offset, len) = span(unique[next]);
+                let read = opcode::Read::new(types::Fd(file.as_raw_fd()), bufs[b].ptr.as_ptr(), len as u32)
+                    .offset(offset)
+                    .build()
+                    .user_data(((next as u64) << 16) | b as u64);
+                // SAFETY: the buffer stays allocated, and is not touched, until this read's
+                // completion is reaped below (every submitted read is reaped before `run` ends).
+                unsafe { ring.submission().push(&read)? };
+                next += 1;
+                in_flight += 1;
+            }
+            ring.submit_and_wait(1)?;
+            let reaped: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            for (data, res) in reaped {
+                let (k, b) = ((data >> 16) as usize, (data & 0xffff) as usize);
+                in_flight -= 1;
+                let (offset, len) = span(unique[k]);
+                if res < 0 || (res as usize) < (unique[k] * rs + rs - offset) as usize {
+                    // Reap what is still in flight before the buffers can go.
+                    while in_flight > 0 {
+                        ring.submit_and_wait(1)?;
+                        in_flight -= ring.completion().count();
+                    }
+                    return Err(format!("read of {len} bytes at {offset}: result {res}").into());
+                }
+                let at = (unique[k] * rs - offset) as usize;
+                // SAFETY: the kernel wrote `res` bytes into this slot and its read is complete.
+                let got = unsafe { std::slice::from_raw_parts(bufs[b].ptr.as_ptr().add(at), rs as usize) };
+                uniq[k * rs as usize..(k + 1) * rs as usize].copy_from_slice(got);
+                free.push(b);
+                done += 1;
+            }
+        }
+        Ok(RunOut { bytes: scatter(&uniq, &slot, rs as usize).into(), reads: Some(unique.len() as u64), call: None })
+    }
 }

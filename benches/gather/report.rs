@@ -15,6 +15,8 @@ pub struct Sample {
     /// Bytes delivered: rows x row size.
     pub useful: u64,
     pub reads: Option<u64>,
+    /// Time inside the gather call (the caller's thread), where the method has one.
+    pub call: Option<Duration>,
     pub disk: Option<DiskCounters>,
     pub major_faults: u64,
     /// Growth of the table's resident pages over the run (mincore), bytes.
@@ -86,6 +88,7 @@ pub fn gather_table(params: &[&str], cells: &[Cell], fio_iops: Option<f64>) -> S
     let head = [
         "method",
         "median ms",
+        "in call ms",
         "rows/s",
         "useful MB/s",
         "reads issued",
@@ -109,6 +112,7 @@ pub fn gather_table(params: &[&str], cells: &[Cell], fio_iops: Option<f64>) -> S
             (Some(m), _) => {
                 let rps = m.rows_per_s();
                 row.push(format!("{:.1}", m.elapsed.as_secs_f64() * 1e3));
+                row.push(m.call.map_or_else(|| "-".into(), |c| format!("{:.2}", c.as_secs_f64() * 1e3)));
                 row.push(format!("{rps:.0}"));
                 row.push(format!("{:.1}", m.useful as f64 / 1e6 / m.elapsed.as_secs_f64()));
                 row.push(opt(m.reads));

@@ -58,6 +58,22 @@ pub fn check_at(got: &[u8], off: u64) -> Result<(), usize> {
 
 /// Checks a row gather's output (rows back to back in request order) against the fill function.
 ///
+/// Caches the pages of rows `ids` of `path` with buffered reads (as an application that also
+/// reads the file keeps them), whatever the method under test reads with.
+///
+/// # Errors
+/// The read's error.
+#[allow(dead_code)] // not every example that includes this module warms a table
+pub fn cache_rows(path: &std::path::Path, ids: &[u64], row_size: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; row_size as usize];
+    for &id in ids {
+        file.read_exact_at(&mut buf, id * row_size)?;
+    }
+    Ok(())
+}
+
 /// # Errors
 /// A message naming the length mismatch or the first wrong byte and its row.
 pub fn verify_rows(out: &[u8], ids: &[u64], row_size: u64) -> Result<(), String> {
