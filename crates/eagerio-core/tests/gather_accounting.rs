@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use eagerio_core::{
     mem::{MemEngine, MemFile},
-    Error, RowLayout, RowTable, Source, Target,
+    Error, Gather, GatherRows, RowLayout, RowTable, Source, Target,
 };
 use futures::executor::block_on;
 
@@ -90,4 +90,20 @@ fn accounting_source_records_each_gather_once_and_failures_as_failed() {
     f.truncate(0);
     block_on(t.gather(&[1]).unwrap()).unwrap_err();
     assert_eq!((t.stats().gathers, t.stats().failed), (2, 1), "{:?}", t.stats());
+}
+
+#[test]
+fn accounting_reads_the_same_through_the_dyn_traits() {
+    let f = file(1000);
+    let t = table(&f);
+    let rows: &dyn GatherRows = &t;
+    assert_eq!((rows.row_size(), rows.rows(), t.row_size(), t.rows()), (ROW, 1000, ROW, 1000));
+    block_on(rows.gather(&[1, 2, 999]).unwrap()).unwrap();
+    assert_eq!((rows.totals().gathers, rows.totals().requested), (1, 3));
+    assert_eq!(rows.latencies().gather.count(), 1);
+    let ranges: &dyn Gather = t.source();
+    block_on(ranges.gather_ranges(&[0..10]).unwrap()).unwrap();
+    assert_eq!((ranges.totals().gathers, ranges.latencies().gather.count()), (2, 2));
+    let dyn_table: &dyn Gather = &t;
+    assert_eq!((dyn_table.totals().gathers, dyn_table.latencies().gather.count()), (2, 2));
 }

@@ -177,6 +177,23 @@ fn a_gather_done_before_its_deadline_yields_its_rows() {
 }
 
 #[test]
+fn a_source_timeout_counts_from_the_gather_call() {
+    let engine = SlowEngine::new(10_000);
+    let table = table(&engine).with_timeout(Duration::from_secs(60));
+    *engine.hold_next.lock().unwrap() = true;
+    let rows = spread(3);
+    let fut = table.gather(&rows).unwrap();
+    let releaser = engine.clone();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        releaser.release(false);
+    });
+    assert_eq!(&block_on(fut).unwrap()[..], &engine.expected(&rows)[..], "a minute had not passed");
+    release.join().unwrap();
+    assert_eq!(engine.cancels.load(Ordering::SeqCst), 0);
+}
+
+#[test]
 fn a_source_timeout_applies_to_every_gather_and_dropping_cancels() {
     let engine = SlowEngine::new(10_000);
     let source = Source::new(engine.clone()).with_timeout(Duration::from_millis(30));

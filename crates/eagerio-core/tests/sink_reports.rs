@@ -1,11 +1,14 @@
 //! What a sink reports, and to whom: a failed `fdatasync` whose sync future was dropped unread is
-//! reported by the next flush, once. (Write failures of dropped flushes: the conformance check
-//! `sink_dropped_flush_keeps_its_report`, on every backend.)
+//! reported by the next flush, once; an operation a backend drops without completing it fails
+//! and is reported; the in-flight bound admits a write that fills it exactly. (Write failures of
+//! dropped flushes: the conformance check `sink_dropped_flush_keeps_its_report`, on every
+//! backend.)
 #![cfg(not(eagerio_loom))]
 
 use std::{
     io,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
 };
 
 use bytes::Bytes;
@@ -45,4 +48,66 @@ fn sink_reports_a_failed_sync_dropped_unread_at_the_next_flush() {
     // A sync that is awaited reports its own failure, as before.
     assert!(matches!(block_on(sink.sync()), Err(Error::Io { op: Op::Sync, .. })));
     block_on(sink.flush()).expect("an awaited sync's failure is not reported again");
+}
+
+/// Keeps every write and sync it is handed, for the test to complete or drop.
+#[derive(Clone, Default)]
+struct Holding {
+    writes: Arc<Mutex<Vec<WriteOp<Holding>>>>,
+    syncs: Arc<Mutex<Vec<SyncOp<Holding>>>>,
+}
+
+impl WriteEngine for Holding {
+    fn path(&self) -> &Path {
+        Path::new("held.bin")
+    }
+
+    fn submit_write(&self, op: WriteOp<Self>) {
+        self.writes.lock().unwrap().push(op);
+    }
+
+    fn submit_sync(&self, op: SyncOp<Self>) {
+        self.syncs.lock().unwrap().push(op);
+    }
+}
+
+fn holding(max_in_flight_bytes: usize) -> (Sink<Holding>, Holding) {
+    let engine = Holding::default();
+    let opts = SinkOptions::default().max_in_flight_bytes(max_in_flight_bytes);
+    (Sink::new(engine.clone(), opts).unwrap(), engine)
+}
+
+#[test]
+fn sink_reports_operations_the_backend_dropped() {
+    let (sink, engine) = holding(1 << 20);
+    let w = sink.append(Bytes::from_static(b"lost"));
+    drop(engine.writes.lock().unwrap().pop().expect("the write was handed over at call time"));
+    let e = block_on(w).unwrap_err();
+    assert!(e.to_string().contains("the backend dropped the write"), "{e}");
+    assert_eq!((sink.stats().failed, sink.stats().in_flight), (1, 0));
+    assert!(matches!(block_on(sink.flush()), Err(Error::WriteFailed { .. })));
+
+    let s = sink.sync();
+    drop(engine.syncs.lock().unwrap().pop().expect("the sync was handed over"));
+    assert!(matches!(block_on(s), Err(Error::Abandoned { op: Op::Sync, .. })));
+}
+
+#[test]
+fn sink_reports_the_bound_admits_a_write_that_fills_it_exactly() {
+    let (sink, engine) = holding(100);
+    let first = sink.append(Bytes::from(vec![1u8; 60]));
+    let fills = sink.append(Bytes::from(vec![2u8; 40]));
+    assert_eq!(engine.writes.lock().unwrap().len(), 2, "60 + 40 bytes fit a 100-byte bound");
+    let over = sink.append(Bytes::from(vec![3u8; 1]));
+    assert_eq!((engine.writes.lock().unwrap().len(), sink.stats().queued), (2, 1), "a 101st byte waits");
+    // Completing the first write lets the waiting one start.
+    let op = engine.writes.lock().unwrap().remove(0);
+    op.complete(Ok(()));
+    block_on(first).unwrap();
+    assert_eq!((engine.writes.lock().unwrap().len(), sink.stats().queued), (2, 0));
+    for op in engine.writes.lock().unwrap().drain(..) {
+        op.complete(Ok(()));
+    }
+    block_on(fills).unwrap();
+    block_on(over).unwrap();
 }
