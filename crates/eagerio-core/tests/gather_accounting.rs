@@ -86,10 +86,13 @@ fn accounting_source_records_each_gather_once_and_failures_as_failed() {
     let slowest = lat.read.quantile(1.0).unwrap();
     assert!(slowest < Duration::from_secs(10), "a read in memory took {slowest:?}");
     assert_eq!((t.stats().gathers, t.stats().failed), (1, 0));
+    // A gather of one read: its queue wait is the wait before that read, its first.
+    block_on(t.gather(&[7]).unwrap()).unwrap();
+    assert_eq!((t.latencies().queue.count(), t.stats().gathers), (2, 2));
 
     f.truncate(0);
     block_on(t.gather(&[1]).unwrap()).unwrap_err();
-    assert_eq!((t.stats().gathers, t.stats().failed), (2, 1), "{:?}", t.stats());
+    assert_eq!((t.stats().gathers, t.stats().failed), (3, 1), "{:?}", t.stats());
 }
 
 #[test]
