@@ -111,3 +111,85 @@ fn sink_reports_the_bound_admits_a_write_that_fills_it_exactly() {
     block_on(fills).unwrap();
     block_on(over).unwrap();
 }
+
+/// Whether `fut` is still pending after one poll.
+fn pending<F: std::future::Future + Unpin>(fut: &mut F) -> bool {
+    futures::FutureExt::now_or_never(fut).is_none()
+}
+
+fn complete_all(engine: &Holding) {
+    let ops: Vec<_> = engine.writes.lock().unwrap().drain(..).collect();
+    for op in ops {
+        op.complete(Ok(()));
+    }
+}
+
+#[test]
+fn sink_reports_a_flush_waits_for_the_writes_before_it() {
+    let (sink, engine) = holding(1 << 20);
+    let w = sink.append(Bytes::from_static(b"first"));
+    let mut flush = sink.flush();
+    assert!(pending(&mut flush), "the write is still in the backend's hands");
+    let later = sink.append(Bytes::from_static(b"later"));
+    let first = engine.writes.lock().unwrap().remove(0);
+    first.complete(Ok(()));
+    block_on(flush).expect("every write before the flush is done");
+    block_on(w).unwrap();
+    complete_all(&engine);
+    block_on(later).unwrap();
+}
+
+#[test]
+fn sink_reports_ready_means_under_the_bound_with_nothing_queued() {
+    let (sink, engine) = holding(100);
+    block_on(sink.ready()); // nothing in flight
+    let a = sink.append(Bytes::from(vec![1u8; 50]));
+    let b = sink.append(Bytes::from(vec![2u8; 50]));
+    let mut full = sink.ready();
+    assert!(pending(&mut full), "100 of 100 bytes in flight");
+    let c = sink.append(Bytes::from(vec![3u8; 50])); // queued behind the bound
+                                                     // A barrier's pass must not wake it: 100 bytes in flight, one write queued.
+    let flush = sink.flush();
+    assert!(pending(&mut full));
+    // The first completes and the queued one starts: 100 bytes in flight again.
+    let first = engine.writes.lock().unwrap().remove(0);
+    first.complete(Ok(()));
+    assert_eq!((sink.stats().in_flight_bytes, sink.stats().queued), (100, 0));
+    assert!(pending(&mut full), "still at the bound");
+    let second = engine.writes.lock().unwrap().remove(0);
+    second.complete(Ok(()));
+    block_on(full); // 50 of 100
+    let mut again = sink.ready();
+    assert!(!pending(&mut again), "under the bound with nothing queued: ready at once");
+    // Under the bound but a write queued: not ready.
+    let (sink2, engine2) = holding(100);
+    let d = sink2.append(Bytes::from(vec![4u8; 60]));
+    let e = sink2.append(Bytes::from(vec![5u8; 50]));
+    assert_eq!((sink2.stats().in_flight_bytes, sink2.stats().queued), (60, 1));
+    let mut queued = sink2.ready();
+    assert!(pending(&mut queued), "a write is queued");
+    complete_all(&engine2);
+    complete_all(&engine2);
+    block_on(queued);
+    for w in [a, b, c, d, e] {
+        complete_all(&engine);
+        block_on(w).unwrap();
+    }
+    block_on(flush).unwrap();
+}
+
+#[test]
+fn sink_reports_only_shared_bytes_hold_a_write() {
+    let (sink, engine) = holding(1 << 20);
+    let a = sink.write_at(100, Bytes::from(vec![1u8; 100])); // [100, 200) in flight
+    let b = sink.write_at(0, Bytes::from(vec![2u8; 100])); // [0, 100) ends where it starts
+    assert_eq!((engine.writes.lock().unwrap().len(), sink.stats().held), (2, 0), "touching is not overlapping");
+    let c = sink.write_at(150, Bytes::from(vec![3u8; 100])); // shares [150, 200): held
+    let d = sink.write_at(160, Bytes::new()); // empty, inside the held write: never held
+    assert_eq!((engine.writes.lock().unwrap().len(), sink.stats().held), (3, 1));
+    complete_all(&engine);
+    complete_all(&engine);
+    for w in [a, b, c, d] {
+        block_on(w).unwrap();
+    }
+}
