@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use eagerio_core::{
+    backend::{JobHandle, ReadEngine},
     mem::{MemEngine, MemFile},
-    Error, Gather, GatherRows, RowLayout, RowTable, Source, Target,
+    Error, FileInfo, Gather, GatherRows, RowLayout, RowTable, Source, Target,
 };
 use futures::executor::block_on;
 
@@ -109,4 +110,31 @@ fn accounting_reads_the_same_through_the_dyn_traits() {
     assert_eq!((ranges.totals().gathers, ranges.latencies().gather.count()), (2, 2));
     let dyn_table: &dyn Gather = &t;
     assert_eq!((dyn_table.totals().gathers, dyn_table.latencies().gather.count()), (2, 2));
+}
+
+/// The in-memory engine with a measured gap, as the object-store engine tunes one.
+struct Tuned(MemEngine, u64);
+
+impl ReadEngine for Tuned {
+    fn info(&self) -> &FileInfo {
+        self.0.info()
+    }
+
+    fn submit(&self, job: JobHandle) {
+        self.0.submit(job);
+    }
+
+    fn max_gap(&self) -> Option<u64> {
+        Some(self.1)
+    }
+}
+
+#[test]
+fn accounting_an_engine_that_measures_its_gap_plans_with_it() {
+    let engine = MemEngine::new(file(200), "tuned.bin", 1 << 20).unwrap();
+    let source = Source::new(Tuned(engine, 8192)).with_max_gap(0);
+    assert_eq!(source.plan_options().max_gap, 8192);
+    let fut = source.gather_ranges(&[0..10, 8000..8010]).unwrap();
+    assert_eq!(fut.stats().bytes_read, 8010, "the engine's gap joined the hole: {:?}", fut.stats());
+    block_on(fut).unwrap();
 }
