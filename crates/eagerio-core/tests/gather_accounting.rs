@@ -106,7 +106,7 @@ fn accounting_reads_the_same_through_the_dyn_traits() {
     assert_eq!((rows.totals().gathers, rows.totals().requested), (1, 3));
     assert_eq!(rows.latencies().gather.count(), 1);
     let ranges: &dyn Gather = t.source();
-    block_on(ranges.gather_ranges(&[0..10]).unwrap()).unwrap();
+    block_on(ranges.gather_ranges(&[std::ops::Range { start: 0, end: 10 }]).unwrap()).unwrap();
     assert_eq!((ranges.totals().gathers, ranges.latencies().gather.count()), (2, 2));
     let dyn_table: &dyn Gather = &t;
     assert_eq!((dyn_table.totals().gathers, dyn_table.latencies().gather.count()), (2, 2));
