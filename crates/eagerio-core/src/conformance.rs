@@ -242,14 +242,21 @@ pub async fn truncated_file_then_recovery<B: Backend>(b: &B) {
     wait_full(b, table.source()).await;
 }
 
-/// An injected `EIO` names the row; later gathers are correct and staging is full again.
-pub async fn read_error_names_the_row<B: Backend>(b: &B) {
+/// A 64-row table of 4 KiB rows, unjoined (`max_gap` 0), whose reads of row 40 get `action`
+/// while `armed` is set, and the error of gathering rows 1, 40 and 2.
+async fn gather_with_row_40_faulty<B: Backend>(
+    b: &B,
+    action: fn() -> Action,
+) -> (Error, crate::RowTable<B::Engine>, Vec<u8>, Arc<AtomicBool>, tempfile::TempDir) {
     let mut rng = StdRng::seed_from_u64(seed());
-    let (_d, path, file) = random_file(4096 * 64, &mut rng);
+    let (dir, path, file) = random_file(4096 * 64, &mut rng);
     let bad = 40 * 4096;
+    let armed = Arc::new(AtomicBool::new(true));
+    let hook_armed = armed.clone();
     let hook = Hook::new(move |p| {
-        if p.kind == IoKind::Read && p.offset <= bad && bad < p.offset + p.len as u64 {
-            Action::Fail(io::Error::from_raw_os_error(libc::EIO))
+        let hit = p.kind == IoKind::Read && p.offset <= bad && bad < p.offset + p.len as u64;
+        if hit && hook_armed.load(Ordering::SeqCst) {
+            action()
         } else {
             Action::Proceed
         }
@@ -258,6 +265,13 @@ pub async fn read_error_names_the_row<B: Backend>(b: &B) {
     let src = b.open(&path).await.unwrap();
     let table = src.with_max_gap(0).rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     let e = table.gather(&[1, 40, 2]).unwrap().await.unwrap_err();
+    (e, table, file, armed, dir)
+}
+
+/// An injected `EIO` names the row; later gathers are correct and staging is full again.
+pub async fn read_error_names_the_row<B: Backend>(b: &B) {
+    let (e, table, file, _armed, _dir) =
+        gather_with_row_40_faulty(b, || Action::Fail(io::Error::from_raw_os_error(libc::EIO))).await;
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     assert!(e.to_string().contains("row 40"), "{e}");
     let got = table.gather(&[1, 2, 63]).unwrap().await.unwrap();
@@ -269,23 +283,7 @@ pub async fn read_error_names_the_row<B: Backend>(b: &B) {
 /// would) fails that gather with [`Error::Panicked`] naming the row; the panic unwinds through no
 /// worker, lane or executor, and the next gather is right.
 pub async fn read_panic_names_the_row<B: Backend>(b: &B) {
-    let mut rng = StdRng::seed_from_u64(seed());
-    let (_d, path, file) = random_file(4096 * 64, &mut rng);
-    let bad = 40 * 4096;
-    let armed = Arc::new(AtomicBool::new(true));
-    let hook_armed = armed.clone();
-    let hook = Hook::new(move |p| {
-        let hit = p.kind == IoKind::Read && p.offset <= bad && bad < p.offset + p.len as u64;
-        if hit && hook_armed.load(Ordering::SeqCst) {
-            Action::Panic
-        } else {
-            Action::Proceed
-        }
-    });
-    let _faults = fault::inject(&path, hook);
-    let src = b.open(&path).await.unwrap();
-    let table = src.with_max_gap(0).rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
-    let e = table.gather(&[1, 40, 2]).unwrap().await.unwrap_err();
+    let (e, table, file, armed, _dir) = gather_with_row_40_faulty(b, || Action::Panic).await;
     assert!(matches!(e, Error::Panicked { .. }), "{e}");
     assert!(e.to_string().contains("row 40") && e.to_string().contains("injected panic"), "{e}");
     armed.store(false, Ordering::SeqCst);
