@@ -36,6 +36,7 @@ pub mod loom;
 pub mod mem;
 mod options;
 pub mod plan;
+mod recover;
 pub mod residency;
 pub mod sink;
 pub mod staging;

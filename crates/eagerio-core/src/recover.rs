@@ -1,0 +1,250 @@
+//! A memory copy out of a file mapping that survives the file being cut under it.
+//!
+//! Touching a page of a shared file mapping that lies past the file's end (the file was
+//! truncated after the check) or whose read fails raises `SIGBUS`, and a plain `memcpy` from
+//! the mapping would kill the process. [`copy`] is one `rep movsb`; a process-wide `SIGBUS`
+//! handler, installed once by [`install`], recognises a fault of that one instruction, moves
+//! the program counter to the copy's exit, and the copy returns that it stopped short, the way
+//! the kernel's own `copy_from_user` reports the bytes it could not copy (`rcx`, the bytes an
+//! interrupted `rep movsb` had left).
+//!
+//! Every other `SIGBUS` goes to the handler that was installed before ours, with the same
+//! arguments; where that was the default action, the default is put back and the fault recurs,
+//! so the process ends exactly as it would have without us. An application that later installs
+//! its own `SIGBUS` handler should chain to the previous one (as ours does), or copies from a
+//! truncated table end the process as a `memcpy` would.
+//!
+//! Only x86_64 Linux has the routine; elsewhere [`install`] returns `false` and the caller
+//! copies through `process_vm_readv`, which reports a fault as `EFAULT`.
+
+/// Installs the `SIGBUS` handler (once per process) and says whether [`copy`] may be used.
+pub fn install() -> bool {
+    imp::install()
+}
+
+/// Copies `len` bytes from `src` to `dst`; `false` if reading `src` raised `SIGBUS` (the copy
+/// stopped at the faulting byte: the bytes before it are in `dst`, the rest are not written).
+///
+/// # Safety
+/// [`install`] returned `true`; `dst` is valid for `len` writable bytes that nothing else
+/// accesses during the call; `src..src + len` is mapped readable for the whole call (a file
+/// mapping whose file may shrink: that is the fault this survives) and does not overlap `dst`.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> bool {
+    // SAFETY: forwarded from the caller; the routine follows the C calling convention, and the
+    // handler `install` put in place turns its fault into a return.
+    unsafe { imp::eagerio_core_recover_copy(dst, src, len) == 0 }
+}
+
+/// Copies `len` bytes from `src` to `dst`. Never called on this architecture: [`install`]
+/// returns `false` here.
+///
+/// # Safety
+/// As on x86_64.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+pub unsafe fn copy(_dst: *mut u8, _src: *const u8, _len: usize) -> bool {
+    unreachable!("recover::install() is false on this architecture")
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod imp {
+    use std::{
+        cell::UnsafeCell,
+        mem::MaybeUninit,
+        sync::{
+            atomic::{AtomicBool, Ordering},
+            Once,
+        },
+    };
+
+    // The copy: `rcx` = length, then one `rep movsb` (the only instruction that touches the
+    // source). Returns 0 in `rax`; from the fixup label, the bytes left (`rcx` as the fault left
+    // it). The System V ABI guarantees the direction flag is clear on entry.
+    std::arch::global_asm!(
+        ".pushsection .text.eagerio_core_recover_copy,\"ax\",@progbits",
+        ".p2align 4",
+        ".globl eagerio_core_recover_copy",
+        ".hidden eagerio_core_recover_copy",
+        ".type eagerio_core_recover_copy,@function",
+        "eagerio_core_recover_copy:",
+        "mov rcx, rdx",
+        ".globl eagerio_core_recover_copy_insn",
+        ".hidden eagerio_core_recover_copy_insn",
+        "eagerio_core_recover_copy_insn:",
+        "rep movsb",
+        "xor eax, eax",
+        "ret",
+        ".globl eagerio_core_recover_copy_fixup",
+        ".hidden eagerio_core_recover_copy_fixup",
+        "eagerio_core_recover_copy_fixup:",
+        "mov rax, rcx",
+        "ret",
+        ".size eagerio_core_recover_copy, . - eagerio_core_recover_copy",
+        ".popsection",
+    );
+
+    extern "C" {
+        /// Copies `len` bytes; returns the bytes not copied (0 unless a fault stopped it).
+        pub fn eagerio_core_recover_copy(dst: *mut u8, src: *const u8, len: usize) -> usize;
+        static eagerio_core_recover_copy_insn: u8;
+        static eagerio_core_recover_copy_fixup: u8;
+    }
+
+    /// The `SIGBUS` disposition found at install, written once before our handler can run.
+    struct Previous(UnsafeCell<MaybeUninit<libc::sigaction>>);
+    // SAFETY: written once inside `INSTALL.call_once`, before the handler that reads it is
+    // installed; read-only afterwards.
+    unsafe impl Sync for Previous {}
+
+    static PREVIOUS: Previous = Previous(UnsafeCell::new(MaybeUninit::uninit()));
+    static INSTALL: Once = Once::new();
+    static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+    pub fn install() -> bool {
+        INSTALL.call_once(|| {
+            // SAFETY: sigaction with valid pointers; `PREVIOUS` is written before the new
+            // handler (which reads it) is installed, and never again.
+            unsafe {
+                let previous = (*PREVIOUS.0.get()).as_mut_ptr();
+                if libc::sigaction(libc::SIGBUS, std::ptr::null(), previous) != 0 {
+                    return;
+                }
+                let mut ours: libc::sigaction = std::mem::zeroed();
+                ours.sa_sigaction = on_sigbus as *const () as usize;
+                ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut ours.sa_mask);
+                if libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) == 0 {
+                    INSTALLED.store(true, Ordering::Release);
+                }
+            }
+        });
+        INSTALLED.load(Ordering::Acquire)
+    }
+
+    /// The handler: a fault of the copy's `rep movsb` resumes at its fixup; anything else goes
+    /// to the previous disposition. Async-signal-safe: it reads statics and the context only
+    /// (and calls `sigaction`/`raise` when forwarding to the default).
+    extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler.
+        unsafe {
+            let uc = ctx.cast::<libc::ucontext_t>();
+            let rip = &mut (*uc).uc_mcontext.gregs[libc::REG_RIP as usize];
+            let insn = std::ptr::addr_of!(eagerio_core_recover_copy_insn) as usize;
+            // A fault (si_code > 0), not a SIGBUS sent by a process, at the copy instruction.
+            if (*info).si_code > 0 && *rip as usize == insn {
+                *rip = std::ptr::addr_of!(eagerio_core_recover_copy_fixup) as i64;
+                return;
+            }
+            forward(sig, info, ctx);
+        }
+    }
+
+    /// Hands a `SIGBUS` that is not ours to the disposition found at install.
+    ///
+    /// # Safety
+    /// Called from the handler with its arguments, after `install` wrote `PREVIOUS`.
+    unsafe fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        // SAFETY: written before our handler was installed (see `install`).
+        let previous = unsafe { &*(*PREVIOUS.0.get()).as_ptr() };
+        let handler = previous.sa_sigaction;
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // Put the default back: a fault recurs when the instruction reruns, and a signal a
+            // process sent is raised again (blocked until this handler returns), so the process
+            // ends as if we had never been installed.
+            // SAFETY: an all-zero sigaction with SIG_DFL is a valid disposition; both calls
+            // are async-signal-safe.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &default, std::ptr::null_mut());
+                if (*info).si_code <= 0 {
+                    libc::raise(sig);
+                }
+            }
+        } else if previous.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: an SA_SIGINFO handler has this signature.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            f(sig, info, ctx);
+        } else {
+            // SAFETY: a plain handler has this signature.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            f(sig);
+        }
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod imp {
+    pub fn install() -> bool {
+        false
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom), target_arch = "x86_64", target_os = "linux"))]
+mod tests {
+    use std::{fs::File, io::Write, os::fd::AsRawFd};
+
+    use super::*;
+
+    /// A two-page file mapped whole, then cut to one page: the second page raises `SIGBUS`.
+    fn cut_mapping() -> (tempfile::NamedTempFile, *const u8) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[9u8; 8192]).unwrap();
+        let file = File::open(f.path()).unwrap();
+        // SAFETY: a fresh read-only shared mapping of an open file (left mapped: test only).
+        let base =
+            unsafe { libc::mmap(std::ptr::null_mut(), 8192, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+        assert_ne!(base, libc::MAP_FAILED);
+        f.as_file().set_len(4096).unwrap();
+        (f, base.cast())
+    }
+
+    #[test]
+    fn recover_copy_copies_every_length() {
+        assert!(install());
+        let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        for len in [0, 1, 7, 90, 4096, 10_000] {
+            let mut dst = vec![0u8; len];
+            // SAFETY: both buffers hold `len` bytes and do not overlap.
+            assert!(unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), len) });
+            assert_eq!(dst, src[..len]);
+        }
+    }
+
+    /// A copy that runs into a page past the file's end stops there instead of killing the
+    /// process, with the bytes before it copied; the next copy works.
+    #[test]
+    fn recover_copy_stops_at_a_cut_page() {
+        assert!(install());
+        let (_f, base) = cut_mapping();
+        let mut dst = vec![0u8; 8192];
+        // SAFETY: `dst` holds 8192 bytes; the mapping is 8192 bytes, its second page past EOF.
+        assert!(!unsafe { copy(dst.as_mut_ptr(), base.wrapping_add(100), 8000) });
+        assert!(dst[..4096 - 100].iter().all(|&b| b == 9), "the bytes before the cut page are copied");
+        assert!(dst[4096..].iter().all(|&b| b == 0), "nothing past the cut is written");
+        // SAFETY: as above, within the first page only.
+        assert!(unsafe { copy(dst.as_mut_ptr(), base, 4096) });
+    }
+
+    /// A `SIGBUS` outside the copy still ends the process, as it would without the handler.
+    /// Runs in a child process (this test binary, re-run on this one test).
+    #[test]
+    fn recover_foreign_sigbus_still_ends_the_process() {
+        if std::env::var_os("EAGERIO_RECOVER_CHILD").is_some() {
+            assert!(install());
+            let (_f, base) = cut_mapping();
+            // SAFETY: deliberately not: this read of a page past EOF must end the process.
+            let byte = unsafe { std::ptr::read_volatile(base.wrapping_add(4096)) };
+            println!("survived a foreign SIGBUS, read {byte}");
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["recover::tests::recover_foreign_sigbus_still_ends_the_process", "--exact", "--nocapture"])
+            .env("EAGERIO_RECOVER_CHILD", "1")
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{out:?}");
+    }
+}
