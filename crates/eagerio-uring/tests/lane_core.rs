@@ -1,0 +1,394 @@
+//! The lane's bookkeeping, driven turn by turn over a ring whose "kernel" completes exactly the
+//! reads a test releases: how two gathers share the window, the per-file and per-lane counts,
+//! the registered file table, and a refused inbox. Deterministic and fast (no real ring), so
+//! the lane's mutation tests run them for every mutant.
+
+use std::{
+    io,
+    ops::Range,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use eagerio_core::{
+    backend::{JobHandle, ReadEngine, Staging},
+    FileInfo, GatherFuture, Source,
+};
+use eagerio_uring::{
+    lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Release, Ring, Sqe, Work},
+    UringWriter,
+};
+
+/// A gather of byte ranges.
+type Ranges = GatherFuture<Vec<bytes::Bytes>>;
+
+const SLOT: usize = 4096;
+/// Bytes between two rows: far enough apart that no two share a read.
+const STRIDE: u64 = 8192;
+
+/// What the test's "kernel" holds: reads submitted and not completed, in submission order, and
+/// the file table calls.
+#[derive(Default)]
+struct Kernel {
+    reads: Vec<(u64, *mut u8, u32, u64)>,
+    /// Reads whose offset is in this range complete at the next reap.
+    release: Option<Range<u64>>,
+    /// Every read completes at the next reap (the rig is being dropped: the lane drains).
+    all: bool,
+    registered: Vec<u32>,
+    forgotten: Vec<u32>,
+    /// Cancels submitted and not yet run: (the cancel's tag, the tag it targets).
+    cancels: Vec<(u64, u64)>,
+    /// Cancels sent in all.
+    cancels_sent: usize,
+    /// Run the held cancels at the next reap.
+    run_cancels: bool,
+    /// The `wait` argument of each `submit_and_wait`.
+    waits: Vec<bool>,
+}
+
+// SAFETY: the raw pointers are staging slots the lane keeps leased until their completion; the
+// test thread is the only one that touches them (through the ring, inside `LaneCore::turn`).
+unsafe impl Send for Kernel {}
+
+/// A ring over [`Kernel`], completing reads from `file`.
+struct HeldRing {
+    file: Arc<Vec<u8>>,
+    kernel: Arc<Mutex<Kernel>>,
+    /// Whether it takes cancels (else it keeps the trait's default, and panics on one).
+    cancels: bool,
+}
+
+impl Ring for HeldRing {
+    fn push(&mut self, sqe: Sqe) -> bool {
+        match sqe {
+            Sqe::Read { tag, ptr, len, offset, .. } => self.kernel.lock().unwrap().reads.push((tag, ptr, len, offset)),
+            Sqe::Cancel { tag, target } if self.cancels => {
+                let mut k = self.kernel.lock().unwrap();
+                k.cancels.push((tag, target));
+                k.cancels_sent += 1;
+            }
+            other => panic!("this ring takes reads (and cancels if it says so) only: {other:?}"),
+        }
+        true
+    }
+
+    fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
+        self.kernel.lock().unwrap().waits.push(wait);
+        Ok(())
+    }
+
+    fn can_cancel(&self) -> bool {
+        self.cancels
+    }
+
+    fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
+        let mut k = self.kernel.lock().unwrap_or_else(|p| p.into_inner());
+        let release = if k.all { Some(0..u64::MAX) } else { k.release.take() };
+        let Some(release) = release else { return };
+        let (done, held): (Vec<_>, Vec<_>) = k.reads.drain(..).partition(|r| release.contains(&r.3));
+        k.reads = held;
+        drop(k);
+        let mut k = self.kernel.lock().unwrap_or_else(|p| p.into_inner());
+        let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
+        k.run_cancels = false;
+        // A cancel whose target is still held cancels it (the read completes with ECANCELED);
+        // otherwise it finds nothing (ENOENT), as the kernel's would.
+        let mut cancelled = Vec::new();
+        for &(tag, target) in &cancels {
+            match k.reads.iter().position(|r| r.0 == target) {
+                Some(at) => {
+                    cancelled.push(k.reads.remove(at).0);
+                    f(tag, 0);
+                }
+                None => f(tag, -libc::ENOENT),
+            }
+        }
+        drop(k);
+        for tag in cancelled {
+            f(tag, -libc::ECANCELED);
+        }
+        for (tag, ptr, len, offset) in done {
+            let src = &self.file[offset as usize..offset as usize + len as usize];
+            // SAFETY: `ptr` points into a staging slot of at least `len` bytes whose lease the
+            // lane keeps until this completion is handed to it (as a kernel read would write it).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
+            f(tag, len as i32);
+        }
+    }
+
+    fn register_file(&mut self, file: FileRef) {
+        self.kernel.lock().unwrap().registered.extend(file.id);
+    }
+
+    fn forget_file(&mut self, file: FileRef) {
+        self.kernel.lock().unwrap().forgotten.extend(file.id);
+    }
+}
+
+struct NoNotify;
+
+impl Notify for NoNotify {
+    fn notify(&self) {}
+}
+
+/// An engine that only records the jobs it is given (the test hands them to the lane).
+#[derive(Clone)]
+struct Capture(FileInfo, Arc<Mutex<Vec<JobHandle>>>);
+
+impl ReadEngine for Capture {
+    fn info(&self) -> &FileInfo {
+        &self.0
+    }
+
+    fn submit(&self, job: JobHandle) {
+        self.1.lock().unwrap().push(job);
+    }
+}
+
+/// A lane of depth `depth` over as many staging slots, and the source whose gathers it serves.
+struct Rig {
+    file: Arc<Vec<u8>>,
+    kernel: Arc<Mutex<Kernel>>,
+    inbox: Arc<Inbox<UringWriter>>,
+    lane: LaneCore<HeldRing, UringWriter>,
+    src: Source<Capture>,
+    jobs: Arc<Mutex<Vec<JobHandle>>>,
+}
+
+impl Rig {
+    fn new(depth: usize, rows: u64) -> Rig {
+        Rig::with_cancel(depth, rows, false)
+    }
+
+    /// As [`new`](Self::new), over a ring that takes cancels if `cancels`.
+    fn with_cancel(depth: usize, rows: u64, cancels: bool) -> Rig {
+        let file: Arc<Vec<u8>> = Arc::new((0..rows * STRIDE).map(|i| (i / 7) as u8).collect());
+        let info = FileInfo { path: PathBuf::from("t"), len: file.len() as u64, align: 1, max_read: SLOT as u64 };
+        let jobs = Arc::new(Mutex::new(Vec::new()));
+        let src = Source::new(Capture(info, jobs.clone())).with_max_gap(0);
+        let kernel = Arc::new(Mutex::new(Kernel::default()));
+        let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify)));
+        let ring = HeldRing { file: file.clone(), kernel: kernel.clone(), cancels };
+        let staging = Staging::new(depth * SLOT, SLOT).unwrap();
+        let lane = LaneCore::new(ring, staging, inbox.clone(), LaneConfig { depth, name: "lane".into() });
+        Rig { file, kernel, inbox, lane, src, jobs }
+    }
+
+    /// Gathers 10 bytes of each of `rows` (one read each) and queues the job on the lane, on
+    /// `file`.
+    fn gather(&self, rows: Range<u64>, file: &Arc<LaneFile>) -> (Ranges, Vec<Range<u64>>) {
+        let ranges: Vec<Range<u64>> = rows.map(|r| r * STRIDE..r * STRIDE + 10).collect();
+        let fut = self.src.gather_ranges(&ranges).unwrap();
+        for job in self.jobs.lock().unwrap().drain(..) {
+            self.inbox.push(Work::Gather(job, file.clone()));
+        }
+        (fut, ranges)
+    }
+
+    /// Reads in flight whose offsets lie in `rows`.
+    fn held(&self, rows: Range<u64>) -> usize {
+        let span = rows.start * STRIDE..rows.end * STRIDE;
+        self.kernel.lock().unwrap().reads.iter().filter(|r| span.contains(&r.3)).count()
+    }
+
+    /// Completes the reads in flight of `rows` at the next reap, and runs one turn (fill, then
+    /// reap).
+    fn complete(&mut self, rows: Range<u64>) {
+        self.kernel.lock().unwrap().release = Some(rows.start * STRIDE..rows.end * STRIDE);
+        self.lane.turn(false).unwrap();
+    }
+
+    /// Completes every read, turn after turn, until `fut` settles; checks its bytes.
+    fn finish(&mut self, fut: Ranges, ranges: &[Range<u64>]) {
+        for turn in 0.. {
+            if fut.is_settled() {
+                break;
+            }
+            assert!(turn < 100, "the gather never settles: {} in flight, {:?}", self.lane.in_flight(), fut.stats());
+            self.complete(0..u64::MAX / STRIDE);
+        }
+        self.check(fut, ranges);
+    }
+
+    fn check(&self, fut: Ranges, ranges: &[Range<u64>]) {
+        let got = futures::executor::block_on(fut).unwrap();
+        for (k, r) in ranges.iter().enumerate() {
+            assert_eq!(&got[k][..], &self.file[r.start as usize..r.end as usize]);
+        }
+    }
+}
+
+impl Drop for Rig {
+    /// The lane drains what the kernel holds when it is dropped: let every read complete (also
+    /// after a failed assertion, so the test reports it instead of hanging).
+    fn drop(&mut self) {
+        self.kernel.lock().unwrap_or_else(|p| p.into_inner()).all = true;
+    }
+}
+
+fn lane_file(id: Option<u32>) -> Arc<LaneFile> {
+    Arc::new(LaneFile::new(FileRef { id, fd: -1 }, 1, PathBuf::from("t"), None))
+}
+
+/// A gather alone takes the whole window; a small gather arriving beside it takes every free
+/// slot at once (its few extents are not held to a share), while the large one is held to its
+/// share of the window; after the small one ends, the large one still leaves a share free for
+/// the next newcomer. The counts per file and per lane follow.
+#[test]
+fn lane_core_shares_the_window_between_gathers() {
+    const BIG: Range<u64> = 0..100;
+    const SMALL: Range<u64> = 100..105;
+    let mut rig = Rig::new(8, 105);
+    let (big_file, small_file) = (lane_file(None), lane_file(None));
+    let (big, big_ranges) = rig.gather(BIG, &big_file);
+    assert_eq!(rig.inbox.load(), 100, "one extent per row, queued");
+    rig.lane.turn(false).unwrap();
+    assert_eq!((rig.held(BIG), rig.lane.in_flight(), big_file.leased()), (8, 8, 8), "alone: the whole window");
+
+    // Five of the large gather's reads complete; then a 5-row gather arrives.
+    rig.complete(0..5);
+    assert_eq!(rig.lane.in_flight(), 3);
+    let (small, small_ranges) = rig.gather(SMALL, &small_file);
+    assert_eq!(rig.inbox.load(), 105);
+    rig.lane.turn(false).unwrap();
+    // Two gathers plus room for one more: a share is 8 / 3 -> 3. The large one holds 3 and may
+    // not claim; the small one has no more extents than the window and takes all 5 free slots.
+    assert_eq!((rig.held(BIG), rig.held(SMALL)), (3, 5), "the newcomer takes the free slots at once");
+    assert_eq!((big_file.leased(), small_file.leased(), rig.lane.in_flight()), (3, 5, 8));
+
+    // The small gather's reads complete; the next pass finds it has nothing left and retires
+    // it (the large one still counts it in this pass, so stays at its share of 3).
+    rig.complete(SMALL);
+    assert_eq!((rig.lane.in_flight(), small_file.leased()), (3, 0));
+    rig.lane.turn(false).unwrap();
+    assert!(small.is_settled());
+    assert_eq!(rig.inbox.load(), 100, "the small gather's extents leave the lane's load");
+    // Alone again, the large one refills only to half the window (a share kept for the next
+    // newcomer), not to all of it.
+    rig.lane.turn(false).unwrap();
+    assert_eq!((rig.held(BIG), rig.lane.in_flight()), (4, 4), "a share stays free after an overlap");
+    rig.check(small, &small_ranges);
+
+    rig.finish(big, &big_ranges);
+    assert_eq!((rig.lane.in_flight(), big_file.leased(), rig.inbox.load()), (0, 0, 0));
+}
+
+/// A file's table entry: registered when the driver says so, forgotten by each lane, and its
+/// index given back only once the last lane has forgotten it.
+#[test]
+fn lane_core_files_enter_and_leave_the_table() {
+    let mut rig = Rig::new(4, 8);
+    let ids = Arc::new(FileIds::new(2));
+    let id = ids.take().expect("a free index");
+    let file = lane_file(Some(id));
+    rig.inbox.push(Work::Register(file.clone()));
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.kernel.lock().unwrap().registered, [id]);
+    let (fut, ranges) = rig.gather(0..3, &file);
+    rig.finish(fut, &ranges);
+
+    // Two lanes must clear the entry; this lane stands for both, one after the other.
+    let release = Arc::new(Release::new(file.file_ref(), 2, ids.clone()));
+    rig.inbox.push(Work::Release(release.clone()));
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.kernel.lock().unwrap().forgotten, [id]);
+    let other = ids.take().expect("the table's other index");
+    assert_ne!(other, id, "the index is not back while a lane still holds the entry");
+    assert_eq!(ids.take(), None, "a full table has no index to give");
+    rig.inbox.push(Work::Release(release));
+    rig.lane.turn(false).unwrap();
+    assert_eq!(ids.take(), Some(id), "the last lane to clear the entry gives the index back");
+}
+
+/// A gather dropped while its reads are in flight on a ring that cannot cancel (the default):
+/// the lane only stops claiming, sends no cancel, and frees each slot at its read's completion.
+#[test]
+fn lane_core_dropped_gather_without_cancel_waits_for_its_reads() {
+    let mut rig = Rig::new(4, 20);
+    let file = lane_file(None);
+    let (fut, _) = rig.gather(0..20, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.lane.in_flight(), 4);
+    drop(fut);
+    rig.lane.turn(false).unwrap(); // the ring panics on a cancel
+    assert_eq!((rig.lane.in_flight(), file.leased()), (4, 4), "slots stay with the kernel's reads");
+    rig.complete(0..20);
+    rig.lane.turn(false).unwrap();
+    assert_eq!((rig.lane.in_flight(), file.leased(), rig.inbox.load()), (0, 0, 0), "no further read claimed");
+}
+
+/// A refused inbox (the lane could not start, or stopped for good) fails what it held and
+/// every later gather at once, with the reason.
+#[test]
+fn lane_core_refused_inbox_fails_gathers_with_the_reason() {
+    let rig = Rig::new(4, 8);
+    let file = lane_file(None);
+    let (queued, _) = rig.gather(0..2, &file);
+    rig.inbox.refuse("the ring could not be set up".into());
+    let (later, _) = rig.gather(2..4, &file);
+    for fut in [queued, later] {
+        let e = futures::executor::block_on(fut).unwrap_err();
+        assert!(e.to_string().contains("the ring could not be set up"), "{e}");
+    }
+}
+
+/// A closed inbox stops the lane only once it is idle: a gather still claiming runs to the end
+/// first. A turn never blocks in the ring with nothing in flight.
+#[test]
+fn lane_core_close_finishes_the_work_it_holds() {
+    let mut rig = Rig::new(4, 20);
+    let file = lane_file(None);
+    let (fut, ranges) = rig.gather(0..20, &file);
+    assert!(rig.lane.turn(true).unwrap());
+    assert_eq!(rig.kernel.lock().unwrap().waits, [true], "reads in flight: the turn may wait");
+    rig.inbox.close();
+    for turn in 0.. {
+        assert!(turn < 50, "the gather never settles after close");
+        rig.kernel.lock().unwrap().release = Some(0..u64::MAX);
+        let running = rig.lane.turn(false).unwrap();
+        if fut.is_settled() {
+            break;
+        }
+        assert!(running, "the lane stopped with a gather unfinished");
+    }
+    rig.check(fut, &ranges);
+    assert!(!rig.lane.turn(true).unwrap(), "closed and idle: the lane stops");
+    let mut rig = Rig::new(4, 20);
+    assert!(rig.lane.turn(true).unwrap());
+    assert_eq!(rig.kernel.lock().unwrap().waits, [false], "nothing in flight: a turn must not wait");
+}
+
+/// A dropped gather's reads in flight get one cancel each, once, and no other gather's read is
+/// cancelled, also when a cancel arrives after its target completed and the target's tag slot
+/// was reused by another gather's read (tags carry a generation).
+#[test]
+fn lane_core_cancels_only_the_dropped_gathers_reads() {
+    // Depth 6: the two cancels in flight take window room of their own.
+    let mut rig = Rig::with_cancel(6, 40, true);
+    let file = lane_file(None);
+    let (dropped, _) = rig.gather(0..2, &file);
+    let (kept, kept_ranges) = rig.gather(20..22, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!((rig.held(0..2), rig.held(20..22)), (2, 2));
+    drop(dropped);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.kernel.lock().unwrap().cancels_sent, 2, "one cancel per read of the dropped gather");
+    // Another gather ends early with nothing in flight: the first one's reads are not cancelled
+    // again.
+    let (empty, _) = rig.gather(30..31, &file);
+    drop(empty);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.kernel.lock().unwrap().cancels_sent, 2, "cancels are sent once per read");
+    // The dropped gather's reads complete before their cancels run; their tag slots are
+    // reused by a new gather's reads; then the stale cancels run.
+    rig.complete(0..2);
+    let (late, late_ranges) = rig.gather(10..12, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.held(10..12), 2);
+    rig.kernel.lock().unwrap().run_cancels = true;
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.held(10..12), 2, "a stale cancel must not hit the read that reused its slot");
+    rig.finish(late, &late_ranges);
+    rig.finish(kept, &kept_ranges);
+}
