@@ -3,22 +3,24 @@
 # infinite loop the tests' time box catches), fail to build, or be listed with its reason in
 # .ci/mutants-equivalent.txt.
 #
-# Two runs, both over the core's tests and the tokio backend's (its conformance suite drives the
-# ledgers through real files), in place (the work tree is mutated and restored, mutant by mutant,
-# so each build is incremental: 2-7 s instead of a minute):
+# Three runs, in place (the work tree is mutated and restored, mutant by mutant, so each build
+# is incremental: 2-7 s instead of a minute):
 # - the planner (plan.rs) and the staging pool (staging.rs), whole, every time: about 130
-#   mutants, 8-10 minutes on a 2-core machine;
-# - the gather ledger (gather.rs) and the sink (sink.rs): about 440 mutants, 75-90 minutes whole,
-#   more than CI affords. CI runs one shard of EAGERIO_MUTANTS_SHARDS (default 6, round robin over
-#   both files, 12-15 minutes), the shard chosen by the commit count, so any six consecutive
-#   commits cover every mutant. EAGERIO_MUTANTS_SHARD=all runs them all (before a release, or
-#   after changing those files: the survivors of every shard must be listed).
+#   mutants, 8-10 minutes on a 2-core machine, over the core's tests and the tokio backend's
+#   (its conformance suite drives the ledgers through real files);
+# - the gather ledger (gather.rs) and the sink (sink.rs), over the same tests: about 440
+#   mutants, 75-90 minutes whole, more than CI affords;
+# - the io_uring lane (lane.rs): about 200 mutants over the uring crate's unit tests, its
+#   turn-by-turn lane tests (lane_core), the conformance suite on the shared driver and on two
+#   lanes, the fault tests and the sink completion tests: about 13 s a mutant, 45 minutes whole.
+# CI runs one shard of EAGERIO_MUTANTS_SHARDS (default 6, round robin) of the last two, the shard
+# chosen by the commit count, so any six consecutive commits cover every mutant.
+# EAGERIO_MUTANTS_SHARD=all runs them all (before a release, or after changing those files: the
+# survivors of every shard must be listed).
 # Debug impls are not mutated (their output is for people). The 10,000-operation schedules,
-# drop storms, load test and real-fault tests are skipped: they take minutes each and reach the
-# same code as the conformance suite.
-#
-# Not yet covered: the io_uring lane (lane.rs); its mutants need the uring tests, about 35 s a
-# mutant.
+# drop storms, load test and real-fault tests are skipped, and so are the uring suite on
+# unregistered staging and on the tokio fallback and its 4 GiB write: they take minutes each
+# and reach the same code as the tests that run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each mutant is one small edit in place: incremental builds make it 2 s instead of 8 s (CI turns
@@ -27,32 +29,35 @@ export CARGO_INCREMENTAL=1
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked --version 27.1.0
 shards=${EAGERIO_MUTANTS_SHARDS:-6}
 shard=${EAGERIO_MUTANTS_SHARD:-$(($(git rev-list --count HEAD) % shards))}
-tests=(--test-package eagerio-core --test-package eagerio-tokio)
-skip=(-- --tests -- --skip drops_ten_thousand --skip faults_random --skip load_eight --skip real_)
+core=(-p eagerio-core --test-package eagerio-core --test-package eagerio-tokio
+  -- --tests -- --skip drops_ten_thousand --skip faults_random --skip load_eight --skip real_)
+lane=(-p eagerio-uring --test-package eagerio-uring
+  -- --lib --test lane_core --test conformance --test faults --test sink_completion --test reliability_lane
+  -- --skip ten_thousand --skip over_4_gib --skip unregistered:: --skip tokio_fallback::)
 debug='impl (std::)?fmt::Debug for'
+if [ "$shard" = all ]; then sharding=(); else sharding=(--shard "$shard/$shards" --sharding round-robin); fi
 # 0: every mutant caught; 2: some missed; 3: some timed out (caught by the time box).
+# Usage: mutants OUT_DIR FILE... -- PACKAGE_AND_TEST_ARGS...
 mutants() {
   local out=$1
   shift
+  local files=()
+  while [ "$1" != -- ]; do files+=(--file "$1"); shift; done
+  shift
   rm -rf "$out"
   local status=0
-  cargo mutants --in-place --no-shuffle -p eagerio-core --exclude-re "$debug" "${tests[@]}" --output "$out" "$@" \
-    "${skip[@]}" || status=$?
+  cargo mutants --in-place --no-shuffle --exclude-re "$debug" "${files[@]}" --output "$out" "$@" || status=$?
   case $status in
     0 | 2 | 3) ;;
     *) echo "cargo mutants failed (exit $status): see $out/mutants.out/log"; exit 1 ;;
   esac
 }
-mutants target/mutants-plan --file crates/eagerio-core/src/plan.rs --file crates/eagerio-core/src/staging.rs
-ledgers=(--file crates/eagerio-core/src/gather.rs --file crates/eagerio-core/src/sink.rs)
-if [ "$shard" = all ]; then
-  echo "gather and sink: every mutant"
-  mutants target/mutants-ledgers "${ledgers[@]}"
-else
-  echo "gather and sink: shard $shard of $shards"
-  mutants target/mutants-ledgers "${ledgers[@]}" --shard "$shard/$shards" --sharding round-robin
-fi
-cat target/mutants-plan/mutants.out/missed.txt target/mutants-ledgers/mutants.out/missed.txt >target/mutants-missed.txt
+mutants target/mutants-plan crates/eagerio-core/src/plan.rs crates/eagerio-core/src/staging.rs -- "${core[@]}"
+echo "gather and sink, then the io_uring lane: shard ${shard} of ${shards}"
+mutants target/mutants-ledgers crates/eagerio-core/src/gather.rs crates/eagerio-core/src/sink.rs -- \
+  "${sharding[@]}" "${core[@]}"
+mutants target/mutants-lane crates/eagerio-uring/src/lane.rs -- "${sharding[@]}" "${lane[@]}"
+cat target/mutants-{plan,ledgers,lane}/mutants.out/missed.txt >target/mutants-missed.txt
 python3 - target/mutants-missed.txt .ci/mutants-equivalent.txt <<'PY'
 import re, sys
 missed_path, listed_path = sys.argv[1], sys.argv[2]
