@@ -51,45 +51,91 @@ struct Kernel {
 // test thread is the only one that touches them (through the ring, inside `LaneCore::turn`).
 unsafe impl Send for Kernel {}
 
-/// A ring over [`Kernel`], completing reads from `file`.
+/// A ring over [`Kernel`], completing reads from `file`. It keeps the trait's default
+/// `can_cancel` (false) unless wrapped in [`Cancelling`]; it records a cancel either way, so a
+/// test can tell that none was sent to a ring that cannot take one.
 struct HeldRing {
     file: Arc<Vec<u8>>,
     kernel: Arc<Mutex<Kernel>>,
-    /// Whether it takes cancels (else it keeps the trait's default, and panics on one).
-    cancels: bool,
+}
+
+/// [`HeldRing`] taking cancels.
+struct Cancelling(HeldRing);
+
+/// Either ring, for the rig.
+struct AnyRing(Box<dyn Ring>);
+
+impl Ring for Cancelling {
+    fn push(&mut self, sqe: Sqe) -> bool {
+        self.0.push(sqe)
+    }
+
+    fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
+        self.0.submit_and_wait(wait)
+    }
+
+    fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
+        self.0.reap(f)
+    }
+
+    fn can_cancel(&self) -> bool {
+        true
+    }
+}
+
+impl Ring for AnyRing {
+    fn push(&mut self, sqe: Sqe) -> bool {
+        self.0.push(sqe)
+    }
+
+    fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
+        self.0.submit_and_wait(wait)
+    }
+
+    fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
+        self.0.reap(f)
+    }
+
+    fn register_file(&mut self, file: FileRef) {
+        self.0.register_file(file)
+    }
+
+    fn forget_file(&mut self, file: FileRef) {
+        self.0.forget_file(file)
+    }
+
+    fn can_cancel(&self) -> bool {
+        self.0.can_cancel()
+    }
 }
 
 impl Ring for HeldRing {
     fn push(&mut self, sqe: Sqe) -> bool {
         match sqe {
-            Sqe::Read { tag, ptr, len, offset, .. } => self.kernel.lock().unwrap().reads.push((tag, ptr, len, offset)),
-            Sqe::Cancel { tag, target } if self.cancels => {
-                let mut k = self.kernel.lock().unwrap();
+            Sqe::Read { tag, ptr, len, offset, .. } => lock(&self.kernel).reads.push((tag, ptr, len, offset)),
+            Sqe::Cancel { tag, target } => {
+                let mut k = lock(&self.kernel);
                 k.cancels.push((tag, target));
                 k.cancels_sent += 1;
             }
-            other => panic!("this ring takes reads (and cancels if it says so) only: {other:?}"),
+            other => panic!("this ring takes reads and cancels only: {other:?}"),
         }
         true
     }
 
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
-        self.kernel.lock().unwrap().waits.push(wait);
+        lock(&self.kernel).waits.push(wait);
         Ok(())
     }
 
-    fn can_cancel(&self) -> bool {
-        self.cancels
-    }
-
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
-        let mut k = self.kernel.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = lock(&self.kernel);
         let release = if k.all { Some(0..u64::MAX) } else { k.release.take() };
         let Some(release) = release else { return };
         let (done, held): (Vec<_>, Vec<_>) = k.reads.drain(..).partition(|r| release.contains(&r.3));
         k.reads = held;
         drop(k);
-        let mut k = self.kernel.lock().unwrap_or_else(|p| p.into_inner());
+        let mut k = lock(&self.kernel);
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
         // A cancel whose target is still held cancels it (the read completes with ECANCELED);
@@ -118,12 +164,17 @@ impl Ring for HeldRing {
     }
 
     fn register_file(&mut self, file: FileRef) {
-        self.kernel.lock().unwrap().registered.extend(file.id);
+        lock(&self.kernel).registered.extend(file.id);
     }
 
     fn forget_file(&mut self, file: FileRef) {
-        self.kernel.lock().unwrap().forgotten.extend(file.id);
+        lock(&self.kernel).forgotten.extend(file.id);
     }
+}
+
+/// The kernel's lock, also after a failed assertion poisoned it (the rig's drop still drains).
+fn lock(kernel: &Mutex<Kernel>) -> std::sync::MutexGuard<'_, Kernel> {
+    kernel.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct NoNotify;
@@ -151,7 +202,7 @@ struct Rig {
     file: Arc<Vec<u8>>,
     kernel: Arc<Mutex<Kernel>>,
     inbox: Arc<Inbox<UringWriter>>,
-    lane: LaneCore<HeldRing, UringWriter>,
+    lane: LaneCore<AnyRing, UringWriter>,
     src: Source<Capture>,
     jobs: Arc<Mutex<Vec<JobHandle>>>,
 }
@@ -169,7 +220,8 @@ impl Rig {
         let src = Source::new(Capture(info, jobs.clone())).with_max_gap(0);
         let kernel = Arc::new(Mutex::new(Kernel::default()));
         let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify)));
-        let ring = HeldRing { file: file.clone(), kernel: kernel.clone(), cancels };
+        let held = HeldRing { file: file.clone(), kernel: kernel.clone() };
+        let ring = AnyRing(if cancels { Box::new(Cancelling(held)) } else { Box::new(held) });
         let staging = Staging::new(depth * SLOT, SLOT).unwrap();
         let lane = LaneCore::new(ring, staging, inbox.clone(), LaneConfig { depth, name: "lane".into() });
         Rig { file, kernel, inbox, lane, src, jobs }
@@ -189,13 +241,13 @@ impl Rig {
     /// Reads in flight whose offsets lie in `rows`.
     fn held(&self, rows: Range<u64>) -> usize {
         let span = rows.start * STRIDE..rows.end * STRIDE;
-        self.kernel.lock().unwrap().reads.iter().filter(|r| span.contains(&r.3)).count()
+        lock(&self.kernel).reads.iter().filter(|r| span.contains(&r.3)).count()
     }
 
     /// Completes the reads in flight of `rows` at the next reap, and runs one turn (fill, then
     /// reap).
     fn complete(&mut self, rows: Range<u64>) {
-        self.kernel.lock().unwrap().release = Some(rows.start * STRIDE..rows.end * STRIDE);
+        lock(&self.kernel).release = Some(rows.start * STRIDE..rows.end * STRIDE);
         self.lane.turn(false).unwrap();
     }
 
@@ -223,7 +275,7 @@ impl Drop for Rig {
     /// The lane drains what the kernel holds when it is dropped: let every read complete (also
     /// after a failed assertion, so the test reports it instead of hanging).
     fn drop(&mut self) {
-        self.kernel.lock().unwrap_or_else(|p| p.into_inner()).all = true;
+        lock(&self.kernel).all = true;
     }
 }
 
@@ -284,7 +336,7 @@ fn lane_core_files_enter_and_leave_the_table() {
     let file = lane_file(Some(id));
     rig.inbox.push(Work::Register(file.clone()));
     rig.lane.turn(false).unwrap();
-    assert_eq!(rig.kernel.lock().unwrap().registered, [id]);
+    assert_eq!(lock(&rig.kernel).registered, [id]);
     let (fut, ranges) = rig.gather(0..3, &file);
     rig.finish(fut, &ranges);
 
@@ -292,7 +344,7 @@ fn lane_core_files_enter_and_leave_the_table() {
     let release = Arc::new(Release::new(file.file_ref(), 2, ids.clone()));
     rig.inbox.push(Work::Release(release.clone()));
     rig.lane.turn(false).unwrap();
-    assert_eq!(rig.kernel.lock().unwrap().forgotten, [id]);
+    assert_eq!(lock(&rig.kernel).forgotten, [id]);
     let other = ids.take().expect("the table's other index");
     assert_ne!(other, id, "the index is not back while a lane still holds the entry");
     assert_eq!(ids.take(), None, "a full table has no index to give");
@@ -311,7 +363,8 @@ fn lane_core_dropped_gather_without_cancel_waits_for_its_reads() {
     rig.lane.turn(false).unwrap();
     assert_eq!(rig.lane.in_flight(), 4);
     drop(fut);
-    rig.lane.turn(false).unwrap(); // the ring panics on a cancel
+    rig.lane.turn(false).unwrap();
+    assert_eq!(lock(&rig.kernel).cancels_sent, 0, "no cancel to a ring that cannot take one");
     assert_eq!((rig.lane.in_flight(), file.leased()), (4, 4), "slots stay with the kernel's reads");
     rig.complete(0..20);
     rig.lane.turn(false).unwrap();
@@ -341,11 +394,11 @@ fn lane_core_close_finishes_the_work_it_holds() {
     let file = lane_file(None);
     let (fut, ranges) = rig.gather(0..20, &file);
     assert!(rig.lane.turn(true).unwrap());
-    assert_eq!(rig.kernel.lock().unwrap().waits, [true], "reads in flight: the turn may wait");
+    assert_eq!(lock(&rig.kernel).waits, [true], "reads in flight: the turn may wait");
     rig.inbox.close();
     for turn in 0.. {
         assert!(turn < 50, "the gather never settles after close");
-        rig.kernel.lock().unwrap().release = Some(0..u64::MAX);
+        lock(&rig.kernel).release = Some(0..u64::MAX);
         let running = rig.lane.turn(false).unwrap();
         if fut.is_settled() {
             break;
@@ -356,7 +409,7 @@ fn lane_core_close_finishes_the_work_it_holds() {
     assert!(!rig.lane.turn(true).unwrap(), "closed and idle: the lane stops");
     let mut rig = Rig::new(4, 20);
     assert!(rig.lane.turn(true).unwrap());
-    assert_eq!(rig.kernel.lock().unwrap().waits, [false], "nothing in flight: a turn must not wait");
+    assert_eq!(lock(&rig.kernel).waits, [false], "nothing in flight: a turn must not wait");
 }
 
 /// A dropped gather's reads in flight get one cancel each, once, and no other gather's read is
@@ -373,20 +426,20 @@ fn lane_core_cancels_only_the_dropped_gathers_reads() {
     assert_eq!((rig.held(0..2), rig.held(20..22)), (2, 2));
     drop(dropped);
     rig.lane.turn(false).unwrap();
-    assert_eq!(rig.kernel.lock().unwrap().cancels_sent, 2, "one cancel per read of the dropped gather");
+    assert_eq!(lock(&rig.kernel).cancels_sent, 2, "one cancel per read of the dropped gather");
     // Another gather ends early with nothing in flight: the first one's reads are not cancelled
     // again.
     let (empty, _) = rig.gather(30..31, &file);
     drop(empty);
     rig.lane.turn(false).unwrap();
-    assert_eq!(rig.kernel.lock().unwrap().cancels_sent, 2, "cancels are sent once per read");
+    assert_eq!(lock(&rig.kernel).cancels_sent, 2, "cancels are sent once per read");
     // The dropped gather's reads complete before their cancels run; their tag slots are
     // reused by a new gather's reads; then the stale cancels run.
     rig.complete(0..2);
     let (late, late_ranges) = rig.gather(10..12, &file);
     rig.lane.turn(false).unwrap();
     assert_eq!(rig.held(10..12), 2);
-    rig.kernel.lock().unwrap().run_cancels = true;
+    lock(&rig.kernel).run_cancels = true;
     rig.lane.turn(false).unwrap();
     assert_eq!(rig.held(10..12), 2, "a stale cancel must not hit the read that reused its slot");
     rig.finish(late, &late_ranges);
