@@ -381,6 +381,7 @@ fn lane_core_refused_inbox_fails_gathers_with_the_reason() {
     rig.inbox.refuse("the ring could not be set up".into());
     let (later, _) = rig.gather(2..4, &file);
     for fut in [queued, later] {
+        assert!(fut.is_settled(), "a refused lane fails its work at once");
         let e = futures::executor::block_on(fut).unwrap_err();
         assert!(e.to_string().contains("the ring could not be set up"), "{e}");
     }
