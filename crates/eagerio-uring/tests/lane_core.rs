@@ -285,8 +285,8 @@ fn lane_file(id: Option<u32>) -> Arc<LaneFile> {
 
 /// A gather alone takes the whole window; a small gather arriving beside it takes every free
 /// slot at once (its few extents are not held to a share), while the large one is held to its
-/// share of the window; after the small one ends, the large one still leaves a share free for
-/// the next newcomer. The counts per file and per lane follow.
+/// share of the window; after the small one ends, the large one still leaves room for three
+/// newcomers. The counts per file and per lane follow.
 #[test]
 fn lane_core_shares_the_window_between_gathers() {
     const BIG: Range<u64> = 0..100;
@@ -298,32 +298,49 @@ fn lane_core_shares_the_window_between_gathers() {
     rig.lane.turn(false).unwrap();
     assert_eq!((rig.held(BIG), rig.lane.in_flight(), big_file.leased()), (8, 8, 8), "alone: the whole window");
 
-    // Five of the large gather's reads complete; then a 5-row gather arrives.
-    rig.complete(0..5);
-    assert_eq!(rig.lane.in_flight(), 3);
+    // Six of the large gather's reads complete; then a 5-row gather arrives.
+    rig.complete(0..6);
+    assert_eq!(rig.lane.in_flight(), 2);
     let (small, small_ranges) = rig.gather(SMALL, &small_file);
     assert_eq!(rig.inbox.load(), 105);
     rig.lane.turn(false).unwrap();
-    // Two gathers plus room for one more: a share is 8 / 3 -> 3. The large one holds 3 and may
-    // not claim; the small one has no more extents than the window and takes all 5 free slots.
-    assert_eq!((rig.held(BIG), rig.held(SMALL)), (3, 5), "the newcomer takes the free slots at once");
-    assert_eq!((big_file.leased(), small_file.leased(), rig.lane.in_flight()), (3, 5, 8));
+    // Two gathers plus room for three newcomers (a small gather is in the overlap): a share is
+    // 8 / 5 -> 2. The large one holds 2 and may not claim; the small one has no more extents
+    // than the window and takes 5 of the 6 free slots at once.
+    assert_eq!((rig.held(BIG), rig.held(SMALL)), (2, 5), "the newcomer takes the free slots at once");
+    assert_eq!((big_file.leased(), small_file.leased(), rig.lane.in_flight()), (2, 5, 7));
 
     // The small gather's reads complete; the next pass finds it has nothing left and retires
-    // it (the large one still counts it in this pass, so stays at its share of 3).
+    // it.
     rig.complete(SMALL);
-    assert_eq!((rig.lane.in_flight(), small_file.leased()), (3, 0));
+    assert_eq!((rig.lane.in_flight(), small_file.leased()), (2, 0));
     rig.lane.turn(false).unwrap();
     assert!(small.is_settled());
     assert_eq!(rig.inbox.load(), 100, "the small gather's extents leave the lane's load");
-    // Alone again, the large one refills only to half the window (a share kept for the next
-    // newcomer), not to all of it.
+    // Alone again, the large one refills only to a quarter of the window (room kept for three
+    // newcomers), not to all of it.
+    rig.complete(BIG);
+    assert_eq!(rig.lane.in_flight(), 0);
     rig.lane.turn(false).unwrap();
-    assert_eq!((rig.held(BIG), rig.lane.in_flight()), (4, 4), "a share stays free after an overlap");
+    assert_eq!((rig.held(BIG), rig.lane.in_flight()), (2, 2), "room stays free after an overlap");
     rig.check(small, &small_ranges);
 
     rig.finish(big, &big_ranges);
     assert_eq!((rig.lane.in_flight(), big_file.leased(), rig.inbox.load()), (0, 0, 0));
+}
+
+/// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
+/// each), so together they still keep most of the device busy.
+#[test]
+fn lane_core_two_large_gathers_keep_most_of_the_window() {
+    let mut rig = Rig::new(8, 100);
+    let file = lane_file(None);
+    let (a, a_ranges) = rig.gather(0..50, &file);
+    let (b, b_ranges) = rig.gather(50..100, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!((rig.held(0..50), rig.held(50..100)), (3, 3));
+    rig.finish(a, &a_ranges);
+    rig.finish(b, &b_ranges);
 }
 
 /// A file's table entry: registered when the driver says so, forgotten by each lane, and its
