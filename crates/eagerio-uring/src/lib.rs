@@ -19,14 +19,17 @@
 //! `depth` is the operations in flight on one lane, whatever number of files and gathers share
 //! it (default 128); more lanes add depth. A lane serves the gathers it holds round robin, one
 //! read each in turn, so a gather of a million rows and one of a hundred progress side by side.
-//! A gather alone takes the whole window; while gathers overlap (and for 512 completions after)
-//! each takes at most `depth / (gathers + 1)`, which keeps room for the next small gather, and a
-//! gather with no more than `depth` reads left to claim is not held to that share: a small gather
-//! takes the slots it needs at once. Measured with `cargo run --release --example uring_lanes --
-//! fairness` (2 GiB table, cold 90 B rows): 100-row gathers beside a 1,000,000-row one had p99
-//! 3.7-4.6 ms against 1.0-1.4 ms alone (5.5-6.4 ms when small gathers were held to their share);
-//! the rest of the gap is the device's queue, which still holds the large gather's reads when a
-//! small one arrives.
+//! A gather alone takes the whole window. While gathers overlap (and for 512 completions after)
+//! each takes at most `depth / (gathers + room)`, where `room` is 3 newcomers if a small gather
+//! was in the overlap and 1 if only large ones were: beside small gathers a large one holds a
+//! quarter of the window, so a small gather's reads find free slots and a device queue that is
+//! not full of the large one's reads; two large gathers still keep most of the window busy. A
+//! gather with no more than `depth` reads left to claim (a small one) is not held to its share:
+//! it takes the slots it needs at once. Measured with `cargo run --release --example
+//! uring_lanes -- fairness` (2 GiB table, cold 90 B rows, 2026-12-04, two runs): 100-row
+//! gathers beside a 1,000,000-row one had p99 2.09-2.18 ms against 0.97-1.32 ms alone
+//! (1.7-2.2x), where room for one newcomer gave 3.08-3.18 ms (2.7-3.5x); the 1,000,000-row
+//! gather took 3.6-3.9 s instead of 2.6-2.7 s while the small ones ran beside it.
 //! A gather runs on the least loaded lane unless it has at least `split_threshold` reads, in
 //! which case every lane pulls reads from it.
 //!
