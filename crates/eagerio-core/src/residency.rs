@@ -159,7 +159,7 @@ impl Residency {
             }
         } else {
             // SAFETY: forwarded from the caller.
-            unsafe { self.copy_through_kernel(plan, hits.into_iter(), out, &mut served) };
+            unsafe { self.copy_through_kernel(plan, &hits, out, &mut served) };
         }
         served.faults = major_faults().saturating_sub(faults_before);
         served.rows = rows_served(plan, &served.resident);
@@ -238,18 +238,12 @@ impl Residency {
     ///
     /// # Safety
     /// As [`serve`](Self::serve).
-    unsafe fn copy_through_kernel(
-        &self,
-        plan: &Plan,
-        hits: impl Iterator<Item = usize>,
-        out: *mut u8,
-        served: &mut Served,
-    ) {
+    unsafe fn copy_through_kernel(&self, plan: &Plan, hits: &[usize], out: *mut u8, served: &mut Served) {
         let extents = plan.extents();
         let mut local: Vec<libc::iovec> = Vec::with_capacity(IOV_MAX);
         let mut remote: Vec<libc::iovec> = Vec::with_capacity(IOV_MAX);
         let mut batch: Vec<usize> = Vec::new();
-        for i in hits {
+        for &i in hits {
             let pieces = plan.pieces(i);
             if local.len() + pieces.len() > IOV_MAX && !local.is_empty() {
                 // SAFETY: forwarded from the caller.
