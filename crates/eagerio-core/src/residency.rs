@@ -534,4 +534,31 @@ mod tests {
         assert_eq!((served.extents, served.pieces), (1, 1));
         assert_eq!(&out[..90], &[4u8; 90][..]);
     }
+
+    /// The `process_vm_readv` copy (where `recover::copy` is not available) serves resident
+    /// extents and hands a batch back to the engine when the file was cut after the check.
+    #[test]
+    fn residency_kernel_copy_serves_and_survives_a_cut() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&[6u8; 4 * 4096]).unwrap();
+        let file = File::open(f.path()).unwrap();
+        let mut all = vec![0u8; 4 * 4096];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut all, 0).unwrap();
+        let r = Residency::map(&file, 4 * 4096).unwrap();
+        let plan = Plan::new(&[(10, 90), (3 * 4096 + 10, 90)], &PlanOptions { max_gap: 0, align: 1, max_read: 65536 })
+            .unwrap();
+        let mut served = Served { resident: vec![false; 2], ..Served::default() };
+        r.classify(&plan, 4 * 4096, &mut served.resident);
+        assert_eq!(served.resident, [true, true]);
+        let mut out = vec![0u8; 180];
+        // SAFETY: `out` holds the plan's output; the mapping covers both extents.
+        unsafe { r.copy_through_kernel(&plan, &[0], out.as_mut_ptr(), &mut served) };
+        assert_eq!((served.extents, served.pieces), (1, 1));
+        assert_eq!(&out[..90], &[6u8; 90][..]);
+        f.as_file().set_len(4096).unwrap();
+        // SAFETY: as above; the second extent's page is gone, which the kernel reports.
+        unsafe { r.copy_through_kernel(&plan, &[1], out.as_mut_ptr(), &mut served) };
+        assert_eq!(served.resident, [true, false]);
+        assert_eq!(served.extents, 1);
+    }
 }
