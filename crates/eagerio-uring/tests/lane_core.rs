@@ -205,6 +205,8 @@ struct Rig {
     lane: LaneCore<AnyRing, UringWriter>,
     src: Source<Capture>,
     jobs: Arc<Mutex<Vec<JobHandle>>>,
+    /// The lane's staging pool (shared: a test can hold slots).
+    staging: Staging,
 }
 
 impl Rig {
@@ -223,8 +225,8 @@ impl Rig {
         let held = HeldRing { file: file.clone(), kernel: kernel.clone() };
         let ring = AnyRing(if cancels { Box::new(Cancelling(held)) } else { Box::new(held) });
         let staging = Staging::new(depth * SLOT, SLOT).unwrap();
-        let lane = LaneCore::new(ring, staging, inbox.clone(), LaneConfig { depth, name: "lane".into() });
-        Rig { file, kernel, inbox, lane, src, jobs }
+        let lane = LaneCore::new(ring, staging.clone(), inbox.clone(), LaneConfig { depth, name: "lane".into() });
+        Rig { file, kernel, inbox, lane, src, jobs, staging }
     }
 
     /// Gathers 10 bytes of each of `rows` (one read each) and queues the job on the lane, on
@@ -327,6 +329,23 @@ fn lane_core_shares_the_window_between_gathers() {
 
     rig.finish(big, &big_ranges);
     assert_eq!((rig.lane.in_flight(), big_file.leased(), rig.inbox.load()), (0, 0, 0));
+}
+
+/// A closed lane whose gather waits for staging slots held elsewhere (the pool is shared) is
+/// not idle: with nothing in flight it keeps the gather and serves it once slots come back.
+#[test]
+fn lane_core_close_waits_for_a_gather_with_nothing_in_flight() {
+    let mut rig = Rig::new(4, 8);
+    let held: Vec<_> = (0..4).map(|_| rig.staging.try_acquire().expect("a free slot")).collect();
+    let file = lane_file(None);
+    let (fut, ranges) = rig.gather(0..2, &file);
+    rig.inbox.close();
+    assert!(rig.lane.turn(false).unwrap(), "a queued gather keeps a closed lane running");
+    assert_eq!(rig.lane.in_flight(), 0, "no slot to read into");
+    assert!(rig.lane.turn(false).unwrap(), "still not idle");
+    drop(held);
+    rig.finish(fut, &ranges);
+    assert!(!rig.lane.turn(false).unwrap(), "closed and idle: the lane stops");
 }
 
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
