@@ -130,12 +130,9 @@ impl Ring for HeldRing {
 
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
         let mut k = lock(&self.kernel);
-        let release = if k.all { Some(0..u64::MAX) } else { k.release.take() };
-        let Some(release) = release else { return };
+        let release = if k.all { 0..u64::MAX } else { k.release.take().unwrap_or(0..0) };
         let (done, held): (Vec<_>, Vec<_>) = k.reads.drain(..).partition(|r| release.contains(&r.3));
         k.reads = held;
-        drop(k);
-        let mut k = lock(&self.kernel);
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
         // A cancel whose target is still held cancels it (the read completes with ECANCELED);
@@ -471,14 +468,19 @@ fn lane_core_cancels_only_the_dropped_gathers_reads() {
     rig.lane.turn(false).unwrap();
     assert_eq!(lock(&rig.kernel).cancels_sent, 2, "cancels are sent once per read");
     // The dropped gather's reads complete before their cancels run; their tag slots are
-    // reused by a new gather's reads; then the stale cancels run.
+    // reused by a new gather's reads, and once more by the next one's; then the stale cancels
+    // run.
     rig.complete(0..2);
     let (late, late_ranges) = rig.gather(10..12, &file);
     rig.lane.turn(false).unwrap();
     assert_eq!(rig.held(10..12), 2);
+    rig.finish(late, &late_ranges);
+    let (later, later_ranges) = rig.gather(12..14, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.held(12..14), 2);
     lock(&rig.kernel).run_cancels = true;
     rig.lane.turn(false).unwrap();
-    assert_eq!(rig.held(10..12), 2, "a stale cancel must not hit the read that reused its slot");
-    rig.finish(late, &late_ranges);
+    assert_eq!(rig.held(12..14), 2, "a stale cancel must not hit a read that reused its slot");
+    rig.finish(later, &later_ranges);
     rig.finish(kept, &kept_ranges);
 }
