@@ -11,13 +11,10 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobHandle, ReadEngine, Staging},
-    FileInfo, GatherFuture, Source,
+    backend::{JobHandle, ReadEngine, Staging, SyncOp, WriteEngine, WriteOp},
+    DataSink, FileInfo, GatherFuture, Sink, SinkOptions, Source,
 };
-use eagerio_uring::{
-    lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Release, Ring, Sqe, Work},
-    UringWriter,
-};
+use eagerio_uring::lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Release, Ring, Sqe, Work};
 
 /// A gather of byte ranges.
 type Ranges = GatherFuture<Vec<bytes::Bytes>>;
@@ -45,6 +42,18 @@ struct Kernel {
     run_cancels: bool,
     /// The `wait` argument of each `submit_and_wait`.
     waits: Vec<bool>,
+    /// Writes submitted and not yet completed (each completes whole at the next reap).
+    writes: Vec<(u64, u32)>,
+    /// Operations the kernel holds now, and the most it ever held.
+    held_now: usize,
+    held_peak: usize,
+}
+
+impl Kernel {
+    fn hold(&mut self) {
+        self.held_now += 1;
+        self.held_peak = self.held_peak.max(self.held_now);
+    }
 }
 
 // SAFETY: the raw pointers are staging slots the lane keeps leased until their completion; the
@@ -112,13 +121,23 @@ impl Ring for AnyRing {
 impl Ring for HeldRing {
     fn push(&mut self, sqe: Sqe) -> bool {
         match sqe {
-            Sqe::Read { tag, ptr, len, offset, .. } => lock(&self.kernel).reads.push((tag, ptr, len, offset)),
+            Sqe::Read { tag, ptr, len, offset, .. } => {
+                let mut k = lock(&self.kernel);
+                k.reads.push((tag, ptr, len, offset));
+                k.hold();
+            }
+            Sqe::Write { tag, len, .. } => {
+                let mut k = lock(&self.kernel);
+                k.writes.push((tag, len));
+                k.hold();
+            }
             Sqe::Cancel { tag, target } => {
                 let mut k = lock(&self.kernel);
                 k.cancels.push((tag, target));
                 k.cancels_sent += 1;
+                k.hold();
             }
-            other => panic!("this ring takes reads and cancels only: {other:?}"),
+            other => panic!("this ring takes reads, writes and cancels only: {other:?}"),
         }
         true
     }
@@ -133,6 +152,7 @@ impl Ring for HeldRing {
         let release = if k.all { 0..u64::MAX } else { k.release.take().unwrap_or(0..0) };
         let (done, held): (Vec<_>, Vec<_>) = k.reads.drain(..).partition(|r| release.contains(&r.3));
         k.reads = held;
+        let writes = std::mem::take(&mut k.writes);
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
         // A cancel whose target is still held cancels it (the read completes with ECANCELED);
@@ -147,9 +167,13 @@ impl Ring for HeldRing {
                 None => f(tag, -libc::ENOENT),
             }
         }
+        k.held_now -= cancels.len() + cancelled.len() + done.len() + writes.len();
         drop(k);
         for tag in cancelled {
             f(tag, -libc::ECANCELED);
+        }
+        for (tag, len) in writes {
+            f(tag, len as i32);
         }
         for (tag, ptr, len, offset) in done {
             let src = &self.file[offset as usize..offset as usize + len as usize];
@@ -194,12 +218,30 @@ impl ReadEngine for Capture {
     }
 }
 
+/// A write engine that only records the writes it is given (the test hands them to the lane).
+#[derive(Clone)]
+struct CaptureWrites(Arc<Mutex<Vec<WriteOp<CaptureWrites>>>>);
+
+impl WriteEngine for CaptureWrites {
+    fn path(&self) -> &std::path::Path {
+        std::path::Path::new("w")
+    }
+
+    fn submit_write(&self, op: WriteOp<Self>) {
+        self.0.lock().unwrap().push(op);
+    }
+
+    fn submit_sync(&self, op: SyncOp<Self>) {
+        op.complete(Ok(()));
+    }
+}
+
 /// A lane of depth `depth` over as many staging slots, and the source whose gathers it serves.
 struct Rig {
     file: Arc<Vec<u8>>,
     kernel: Arc<Mutex<Kernel>>,
-    inbox: Arc<Inbox<UringWriter>>,
-    lane: LaneCore<AnyRing, UringWriter>,
+    inbox: Arc<Inbox<CaptureWrites>>,
+    lane: LaneCore<AnyRing, CaptureWrites>,
     src: Source<Capture>,
     jobs: Arc<Mutex<Vec<JobHandle>>>,
     /// The lane's staging pool (shared: a test can hold slots).
@@ -208,20 +250,25 @@ struct Rig {
 
 impl Rig {
     fn new(depth: usize, rows: u64) -> Rig {
-        Rig::with_cancel(depth, rows, false)
+        Rig::with(depth, depth, rows, false)
     }
 
     /// As [`new`](Self::new), over a ring that takes cancels if `cancels`.
     fn with_cancel(depth: usize, rows: u64, cancels: bool) -> Rig {
+        Rig::with(depth, depth, rows, cancels)
+    }
+
+    /// A lane of depth `depth` over `slots` staging slots.
+    fn with(depth: usize, slots: usize, rows: u64, cancels: bool) -> Rig {
         let file: Arc<Vec<u8>> = Arc::new((0..rows * STRIDE).map(|i| (i / 7) as u8).collect());
         let info = FileInfo { path: PathBuf::from("t"), len: file.len() as u64, align: 1, max_read: SLOT as u64 };
         let jobs = Arc::new(Mutex::new(Vec::new()));
         let src = Source::new(Capture(info, jobs.clone())).with_max_gap(0);
         let kernel = Arc::new(Mutex::new(Kernel::default()));
-        let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify)));
+        let inbox: Arc<Inbox<CaptureWrites>> = Arc::new(Inbox::new(Box::new(NoNotify)));
         let held = HeldRing { file: file.clone(), kernel: kernel.clone() };
         let ring = AnyRing(if cancels { Box::new(Cancelling(held)) } else { Box::new(held) });
-        let staging = Staging::new(depth * SLOT, SLOT).unwrap();
+        let staging = Staging::new(slots * SLOT, SLOT).unwrap();
         let lane = LaneCore::new(ring, staging.clone(), inbox.clone(), LaneConfig { depth, name: "lane".into() });
         Rig { file, kernel, inbox, lane, src, jobs, staging }
     }
@@ -343,6 +390,28 @@ fn lane_core_close_waits_for_a_gather_with_nothing_in_flight() {
     drop(held);
     rig.finish(fut, &ranges);
     assert!(!rig.lane.turn(false).unwrap(), "closed and idle: the lane stops");
+}
+
+/// However many staging slots and writes there are, the lane keeps at most `depth` operations
+/// in the kernel: writes first, then reads.
+#[test]
+fn lane_core_never_exceeds_its_depth() {
+    let mut rig = Rig::with(4, 8, 20, false);
+    let file = lane_file(None);
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let sink = Sink::new(CaptureWrites(writes.clone()), SinkOptions::default()).unwrap();
+    let futs: Vec<_> = (0..6u64).map(|k| sink.write_at(k * 100, bytes::Bytes::from(vec![k as u8; 100]))).collect();
+    for op in writes.lock().unwrap().drain(..) {
+        rig.inbox.push(Work::Write(op, file.clone()));
+    }
+    let (fut, ranges) = rig.gather(0..20, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(lock(&rig.kernel).held_peak, 4, "four of six writes, no read");
+    rig.finish(fut, &ranges);
+    assert_eq!(lock(&rig.kernel).held_peak, 4, "never more than the depth, with 8 slots free");
+    for f in futs {
+        futures::executor::block_on(f).unwrap();
+    }
 }
 
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
