@@ -44,6 +44,9 @@ struct Kernel {
     waits: Vec<bool>,
     /// Writes submitted and not yet completed (each completes whole at the next reap).
     writes: Vec<(u64, u32)>,
+    /// Syncs submitted and not yet completed (each at the next reap, with `sync_result`).
+    syncs: Vec<u64>,
+    sync_result: i32,
     /// Operations the kernel holds now, and the most it ever held.
     held_now: usize,
     held_peak: usize,
@@ -131,13 +134,17 @@ impl Ring for HeldRing {
                 k.writes.push((tag, len));
                 k.hold();
             }
+            Sqe::Sync { tag, .. } => {
+                let mut k = lock(&self.kernel);
+                k.syncs.push(tag);
+                k.hold();
+            }
             Sqe::Cancel { tag, target } => {
                 let mut k = lock(&self.kernel);
                 k.cancels.push((tag, target));
                 k.cancels_sent += 1;
                 k.hold();
             }
-            other => panic!("this ring takes reads, writes and cancels only: {other:?}"),
         }
         true
     }
@@ -153,6 +160,8 @@ impl Ring for HeldRing {
         let (done, held): (Vec<_>, Vec<_>) = k.reads.drain(..).partition(|r| release.contains(&r.3));
         k.reads = held;
         let writes = std::mem::take(&mut k.writes);
+        let syncs = std::mem::take(&mut k.syncs);
+        let sync_result = k.sync_result;
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
         // A cancel whose target is still held cancels it (the read completes with ECANCELED);
@@ -167,13 +176,16 @@ impl Ring for HeldRing {
                 None => f(tag, -libc::ENOENT),
             }
         }
-        k.held_now -= cancels.len() + cancelled.len() + done.len() + writes.len();
+        k.held_now -= cancels.len() + cancelled.len() + done.len() + writes.len() + syncs.len();
         drop(k);
         for tag in cancelled {
             f(tag, -libc::ECANCELED);
         }
         for (tag, len) in writes {
             f(tag, len as i32);
+        }
+        for tag in syncs {
+            f(tag, sync_result);
         }
         for (tag, ptr, len, offset) in done {
             let src = &self.file[offset as usize..offset as usize + len as usize];
@@ -218,9 +230,10 @@ impl ReadEngine for Capture {
     }
 }
 
-/// A write engine that only records the writes it is given (the test hands them to the lane).
-#[derive(Clone)]
-struct CaptureWrites(Arc<Mutex<Vec<WriteOp<CaptureWrites>>>>);
+/// A write engine that only records the writes and syncs it is given (the test hands them to
+/// the lane).
+#[derive(Clone, Default)]
+struct CaptureWrites(Arc<Mutex<Vec<WriteOp<CaptureWrites>>>>, Arc<Mutex<Vec<SyncOp<CaptureWrites>>>>);
 
 impl WriteEngine for CaptureWrites {
     fn path(&self) -> &std::path::Path {
@@ -232,7 +245,7 @@ impl WriteEngine for CaptureWrites {
     }
 
     fn submit_sync(&self, op: SyncOp<Self>) {
-        op.complete(Ok(()));
+        self.1.lock().unwrap().push(op);
     }
 }
 
@@ -398,10 +411,10 @@ fn lane_core_close_waits_for_a_gather_with_nothing_in_flight() {
 fn lane_core_never_exceeds_its_depth() {
     let mut rig = Rig::with(4, 8, 20, false);
     let file = lane_file(None);
-    let writes = Arc::new(Mutex::new(Vec::new()));
-    let sink = Sink::new(CaptureWrites(writes.clone()), SinkOptions::default()).unwrap();
+    let engine = CaptureWrites::default();
+    let sink = Sink::new(engine.clone(), SinkOptions::default()).unwrap();
     let futs: Vec<_> = (0..6u64).map(|k| sink.write_at(k * 100, bytes::Bytes::from(vec![k as u8; 100]))).collect();
-    for op in writes.lock().unwrap().drain(..) {
+    for op in engine.0.lock().unwrap().drain(..) {
         rig.inbox.push(Work::Write(op, file.clone()));
     }
     let (fut, ranges) = rig.gather(0..20, &file);
@@ -411,6 +424,37 @@ fn lane_core_never_exceeds_its_depth() {
     assert_eq!(lock(&rig.kernel).held_peak, 4, "never more than the depth, with 8 slots free");
     for f in futs {
         futures::executor::block_on(f).unwrap();
+    }
+}
+
+/// A sync's completion is the `sync()` future's result: a failed `fdatasync` fails it with the
+/// kernel's error, and the next sync that succeeds is `Ok`.
+#[test]
+fn lane_core_sync_errors_reach_the_sync_future() {
+    let mut rig = Rig::new(4, 4);
+    let file = lane_file(None);
+    let engine = CaptureWrites::default();
+    let sink = Sink::new(engine.clone(), SinkOptions::default()).unwrap();
+    for (result, ok) in [(-libc::EIO, false), (0, true)] {
+        let write = sink.append(bytes::Bytes::from_static(b"row"));
+        let flush = sink.sync();
+        for op in engine.0.lock().unwrap().drain(..) {
+            rig.inbox.push(Work::Write(op, file.clone()));
+        }
+        rig.lane.turn(false).unwrap();
+        futures::executor::block_on(write).unwrap();
+        for op in engine.1.lock().unwrap().drain(..) {
+            rig.inbox.push(Work::Sync(op, file.clone()));
+        }
+        lock(&rig.kernel).sync_result = result;
+        rig.lane.turn(false).unwrap();
+        let got = futures::executor::block_on(flush);
+        if ok {
+            got.unwrap();
+        } else {
+            let e = got.unwrap_err();
+            assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EIO).to_string()), "{e}");
+        }
     }
 }
 
