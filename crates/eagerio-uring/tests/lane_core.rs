@@ -44,6 +44,11 @@ struct Kernel {
     waits: Vec<bool>,
     /// Writes submitted and not yet completed (each completes whole at the next reap).
     writes: Vec<(u64, u32)>,
+    /// Results for the next reads to complete, in order, instead of their whole length: a
+    /// negated errno, or a byte count short of the read's (the bytes are copied).
+    read_results: std::collections::VecDeque<i32>,
+    /// Reads submitted in all (continuations and retries included).
+    reads_sent: usize,
     /// Syncs submitted and not yet completed (each at the next reap, with `sync_result`).
     syncs: Vec<u64>,
     sync_result: i32,
@@ -127,6 +132,7 @@ impl Ring for HeldRing {
             Sqe::Read { tag, ptr, len, offset, .. } => {
                 let mut k = lock(&self.kernel);
                 k.reads.push((tag, ptr, len, offset));
+                k.reads_sent += 1;
                 k.hold();
             }
             Sqe::Write { tag, len, .. } => {
@@ -162,6 +168,7 @@ impl Ring for HeldRing {
         let writes = std::mem::take(&mut k.writes);
         let syncs = std::mem::take(&mut k.syncs);
         let sync_result = k.sync_result;
+        let results: Vec<i32> = done.iter().map(|_| k.read_results.pop_front().unwrap_or(i32::MAX)).collect();
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
         // A cancel whose target is still held cancels it (the read completes with ECANCELED);
@@ -187,12 +194,17 @@ impl Ring for HeldRing {
         for tag in syncs {
             f(tag, sync_result);
         }
-        for (tag, ptr, len, offset) in done {
-            let src = &self.file[offset as usize..offset as usize + len as usize];
+        for ((tag, ptr, len, offset), result) in done.into_iter().zip(results) {
+            if result < 0 {
+                f(tag, result);
+                continue;
+            }
+            let n = (result as u32).min(len);
+            let src = &self.file[offset as usize..(offset + u64::from(n)) as usize];
             // SAFETY: `ptr` points into a staging slot of at least `len` bytes whose lease the
             // lane keeps until this completion is handed to it (as a kernel read would write it).
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
-            f(tag, len as i32);
+            f(tag, n as i32);
         }
     }
 
@@ -456,6 +468,29 @@ fn lane_core_sync_errors_reach_the_sync_future() {
             assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EIO).to_string()), "{e}");
         }
     }
+}
+
+/// A read the kernel answers with `EAGAIN` or `EINTR` is sent again, up to 8 times; a short
+/// read is continued where the kernel stopped. The bytes come out whole.
+#[test]
+fn lane_core_retries_and_continues_reads() {
+    let mut rig = Rig::new(1, 4);
+    let file = lane_file(None);
+    lock(&rig.kernel).read_results.extend([-libc::EAGAIN, -libc::EINTR, 4, 3]);
+    let (fut, ranges) = rig.gather(1..2, &file);
+    rig.finish(fut, &ranges);
+    assert_eq!(lock(&rig.kernel).reads_sent, 5, "two retries, then 4 + 3 + the last 3 bytes");
+
+    // The ninth EAGAIN in a row is the read's error.
+    lock(&rig.kernel).read_results.extend([-libc::EAGAIN; 9]);
+    let (fut, _) = rig.gather(2..3, &file);
+    for _ in 0..20 {
+        rig.complete(0..u64::MAX / STRIDE);
+    }
+    assert!(fut.is_settled());
+    let e = futures::executor::block_on(fut).unwrap_err();
+    assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{e}");
+    assert_eq!(lock(&rig.kernel).reads_sent, 5 + 9, "eight retries, no more");
 }
 
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
