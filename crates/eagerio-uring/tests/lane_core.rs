@@ -47,8 +47,12 @@ struct Kernel {
     /// Results for the next reads to complete, in order, instead of their whole length: a
     /// negated errno, or a byte count short of the read's (the bytes are copied).
     read_results: std::collections::VecDeque<i32>,
-    /// Reads submitted in all (continuations and retries included).
-    reads_sent: usize,
+    /// The length of every read submitted (continuations and retries included).
+    read_lens: Vec<u32>,
+    /// As `read_results`, for writes.
+    write_results: std::collections::VecDeque<i32>,
+    /// The length of every write submitted (continuations and retries included).
+    write_lens: Vec<u32>,
     /// Syncs submitted and not yet completed (each at the next reap, with `sync_result`).
     syncs: Vec<u64>,
     sync_result: i32,
@@ -132,11 +136,12 @@ impl Ring for HeldRing {
             Sqe::Read { tag, ptr, len, offset, .. } => {
                 let mut k = lock(&self.kernel);
                 k.reads.push((tag, ptr, len, offset));
-                k.reads_sent += 1;
+                k.read_lens.push(len);
                 k.hold();
             }
             Sqe::Write { tag, len, .. } => {
                 let mut k = lock(&self.kernel);
+                k.write_lens.push(len);
                 k.writes.push((tag, len));
                 k.hold();
             }
@@ -168,6 +173,8 @@ impl Ring for HeldRing {
         let writes = std::mem::take(&mut k.writes);
         let syncs = std::mem::take(&mut k.syncs);
         let sync_result = k.sync_result;
+        let write_results: Vec<i32> =
+            writes.iter().map(|&(_, len)| k.write_results.pop_front().unwrap_or(len as i32)).collect();
         let results: Vec<i32> = done.iter().map(|_| k.read_results.pop_front().unwrap_or(i32::MAX)).collect();
         let cancels = if k.run_cancels || k.all { std::mem::take(&mut k.cancels) } else { Vec::new() };
         k.run_cancels = false;
@@ -188,8 +195,8 @@ impl Ring for HeldRing {
         for tag in cancelled {
             f(tag, -libc::ECANCELED);
         }
-        for (tag, len) in writes {
-            f(tag, len as i32);
+        for ((tag, _), result) in writes.into_iter().zip(write_results) {
+            f(tag, result);
         }
         for tag in syncs {
             f(tag, sync_result);
@@ -479,7 +486,7 @@ fn lane_core_retries_and_continues_reads() {
     lock(&rig.kernel).read_results.extend([-libc::EAGAIN, -libc::EINTR, 4, 3]);
     let (fut, ranges) = rig.gather(1..2, &file);
     rig.finish(fut, &ranges);
-    assert_eq!(lock(&rig.kernel).reads_sent, 5, "two retries, then 4 + 3 + the last 3 bytes");
+    assert_eq!(lock(&rig.kernel).read_lens, [10, 10, 10, 6, 3], "two retries, then 4 + 3 + the last 3 bytes");
 
     // The ninth EAGAIN in a row is the read's error.
     lock(&rig.kernel).read_results.extend([-libc::EAGAIN; 9]);
@@ -490,7 +497,33 @@ fn lane_core_retries_and_continues_reads() {
     assert!(fut.is_settled());
     let e = futures::executor::block_on(fut).unwrap_err();
     assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{e}");
-    assert_eq!(lock(&rig.kernel).reads_sent, 5 + 9, "eight retries, no more");
+    assert_eq!(lock(&rig.kernel).read_lens.len(), 5 + 9, "eight retries, no more");
+}
+
+/// The same for writes: `EAGAIN` and `EINTR` are retried, a short write is continued from
+/// where the kernel stopped, and the ninth `EAGAIN` in a row is the write's error.
+#[test]
+fn lane_core_retries_and_continues_writes() {
+    let mut rig = Rig::new(1, 4);
+    let file = lane_file(None);
+    let engine = CaptureWrites::default();
+    let sink = Sink::new(engine.clone(), SinkOptions::default()).unwrap();
+    let mut write = |data: &'static [u8], results: &[i32]| {
+        lock(&rig.kernel).write_results.extend(results);
+        let fut = sink.append(bytes::Bytes::from_static(data));
+        for op in engine.0.lock().unwrap().drain(..) {
+            rig.inbox.push(Work::Write(op, file.clone()));
+        }
+        for _ in 0..20 {
+            rig.lane.turn(false).unwrap();
+        }
+        futures::executor::block_on(fut)
+    };
+    write(&[1; 100], &[-libc::EAGAIN, -libc::EINTR, 40]).unwrap();
+    assert_eq!(lock(&rig.kernel).write_lens, [100, 100, 100, 60]);
+    let e = write(&[2; 10], &[-libc::EAGAIN; 9]).unwrap_err();
+    assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{e}");
+    assert_eq!(lock(&rig.kernel).write_lens.len(), 4 + 9, "eight retries, no more");
 }
 
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
