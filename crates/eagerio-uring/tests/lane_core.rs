@@ -524,6 +524,32 @@ fn lane_core_retries_and_continues_writes() {
     let e = write(&[2; 10], &[-libc::EAGAIN; 9]).unwrap_err();
     assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{e}");
     assert_eq!(lock(&rig.kernel).write_lens.len(), 4 + 9, "eight retries, no more");
+    // A write that moves no byte is a short write, not retried.
+    let e = write(&[3; 10], &[0]).unwrap_err();
+    assert!(e.to_string().contains("short write: 0 of 10 bytes"), "{e}");
+    assert_eq!(lock(&rig.kernel).write_lens.len(), 4 + 9 + 1);
+}
+
+/// A fault hook's `Short` cap on a write: below the write's length it is a short write; at
+/// the length the write is whole.
+#[test]
+fn lane_core_write_hook_caps_are_short_writes() {
+    let mut rig = Rig::new(1, 4);
+    let hook = eagerio_core::fault::Hook::new(|p| eagerio_core::fault::Action::Short(p.len.min(50)));
+    let file = Arc::new(LaneFile::new(FileRef { id: None, fd: -1 }, 1, PathBuf::from("t"), Some(hook)));
+    let engine = CaptureWrites::default();
+    let sink = Sink::new(engine.clone(), SinkOptions::default()).unwrap();
+    let whole = sink.append(bytes::Bytes::from_static(&[1; 50]));
+    let cut = sink.append(bytes::Bytes::from_static(&[2; 100]));
+    for op in engine.0.lock().unwrap().drain(..) {
+        rig.inbox.push(Work::Write(op, file.clone()));
+    }
+    for _ in 0..4 {
+        rig.lane.turn(false).unwrap();
+    }
+    futures::executor::block_on(whole).unwrap();
+    let e = futures::executor::block_on(cut).unwrap_err();
+    assert!(e.to_string().contains("short write: 50 of 100 bytes"), "{e}");
 }
 
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
