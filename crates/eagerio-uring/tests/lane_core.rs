@@ -552,6 +552,24 @@ fn lane_core_write_hook_caps_are_short_writes() {
     assert!(e.to_string().contains("short write: 50 of 100 bytes"), "{e}");
 }
 
+/// A lane dropped with reads in the kernel first waits for their completions (the slots are the
+/// kernel's until then), and the gather they belong to gets its bytes.
+#[test]
+fn lane_core_dropped_lane_waits_for_the_kernel() {
+    let mut rig = Rig::new(4, 8);
+    let (kernel, bytes) = (rig.kernel.clone(), rig.file.clone());
+    let file = lane_file(None);
+    let (fut, ranges) = rig.gather(0..4, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(lock(&kernel).held_now, 4);
+    drop(rig);
+    assert_eq!(lock(&kernel).held_now, 0, "every read completed before the lane let its slots go");
+    let got = futures::executor::block_on(fut).unwrap();
+    for (k, r) in ranges.iter().enumerate() {
+        assert_eq!(&got[k][..], &bytes[r.start as usize..r.end as usize]);
+    }
+}
+
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
 /// each), so together they still keep most of the device busy.
 #[test]
