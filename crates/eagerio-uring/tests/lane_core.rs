@@ -570,6 +570,23 @@ fn lane_core_dropped_lane_waits_for_the_kernel() {
     }
 }
 
+/// A lane whose loop failed abandons what it holds: it waits for the kernel's reads, then fails
+/// the gathers it still held with the reason.
+#[test]
+fn lane_core_abandon_fails_what_the_lane_holds() {
+    let mut rig = Rig::new(2, 8);
+    let file = lane_file(None);
+    let (fut, _) = rig.gather(0..6, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(rig.lane.in_flight(), 2);
+    lock(&rig.kernel).all = true;
+    rig.lane.abandon("the ring failed");
+    assert_eq!(lock(&rig.kernel).held_now, 0, "the kernel's reads complete first");
+    assert!(fut.is_settled());
+    let e = futures::executor::block_on(fut).unwrap_err();
+    assert!(e.to_string().contains("the ring failed"), "{e}");
+}
+
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
 /// each), so together they still keep most of the device busy.
 #[test]
