@@ -587,6 +587,27 @@ fn lane_core_abandon_fails_what_the_lane_holds() {
     assert!(e.to_string().contains("the ring failed"), "{e}");
 }
 
+/// The room kept for newcomers after an overlap lasts 512 completions (a cancel's completion does
+/// not count): then a large gather alone takes the whole window again.
+#[test]
+fn lane_core_room_for_newcomers_expires() {
+    const BIG: Range<u64> = 0..1000;
+    let mut rig = Rig::new(8, 1002);
+    let file = lane_file(None);
+    let (big, big_ranges) = rig.gather(BIG, &file);
+    let (small, small_ranges) = rig.gather(1000..1002, &file);
+    rig.finish(small, &small_ranges);
+    let mut completed = 0;
+    while rig.held(BIG) < 8 {
+        assert!(completed < 700, "the large gather never gets the whole window back");
+        completed += rig.held(BIG);
+        rig.complete(BIG);
+        rig.lane.turn(false).unwrap();
+    }
+    assert!(completed >= 500, "the room lasts about 512 completions, not {completed}");
+    rig.finish(big, &big_ranges);
+}
+
 /// Two large gathers overlapping share the window with room for one newcomer only (8 / 3 -> 3
 /// each), so together they still keep most of the device busy.
 #[test]
