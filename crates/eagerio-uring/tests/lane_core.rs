@@ -42,6 +42,8 @@ struct Kernel {
     run_cancels: bool,
     /// The `wait` argument of each `submit_and_wait`.
     waits: Vec<bool>,
+    /// Errors for the next `submit_and_wait` calls to return, in order (errnos).
+    wait_errors: std::collections::VecDeque<i32>,
     /// Writes submitted and not yet completed (each completes whole at the next reap).
     writes: Vec<(u64, u32)>,
     /// Results for the next reads to complete, in order, instead of their whole length: a
@@ -161,8 +163,12 @@ impl Ring for HeldRing {
     }
 
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
-        lock(&self.kernel).waits.push(wait);
-        Ok(())
+        let mut k = lock(&self.kernel);
+        k.waits.push(wait);
+        match k.wait_errors.pop_front() {
+            Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+            None => Ok(()),
+        }
     }
 
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
@@ -553,7 +559,8 @@ fn lane_core_write_hook_caps_are_short_writes() {
 }
 
 /// A lane dropped with reads in the kernel first waits for their completions (the slots are the
-/// kernel's until then), and the gather they belong to gets its bytes.
+/// kernel's until then; an interrupted wait is waited again), and the gather they belong to
+/// gets its bytes.
 #[test]
 fn lane_core_dropped_lane_waits_for_the_kernel() {
     let mut rig = Rig::new(4, 8);
@@ -562,6 +569,8 @@ fn lane_core_dropped_lane_waits_for_the_kernel() {
     let (fut, ranges) = rig.gather(0..4, &file);
     rig.lane.turn(false).unwrap();
     assert_eq!(lock(&kernel).held_now, 4);
+    // The wait is interrupted once: the lane waits again.
+    lock(&kernel).wait_errors.push_back(libc::EINTR);
     drop(rig);
     assert_eq!(lock(&kernel).held_now, 0, "every read completed before the lane let its slots go");
     let got = futures::executor::block_on(fut).unwrap();
