@@ -44,6 +44,10 @@ struct Kernel {
     waits: Vec<bool>,
     /// Errors for the next `submit_and_wait` calls to return, in order (errnos).
     wait_errors: std::collections::VecDeque<i32>,
+    /// Pushes to refuse (a full submission queue); the submit that follows a refusal fails
+    /// with `EBADF` (the ring is gone).
+    refuse_pushes: usize,
+    ring_gone: bool,
     /// Writes submitted and not yet completed (each completes whole at the next reap).
     writes: Vec<(u64, u32)>,
     /// Results for the next reads to complete, in order, instead of their whole length: a
@@ -134,6 +138,14 @@ impl Ring for AnyRing {
 
 impl Ring for HeldRing {
     fn push(&mut self, sqe: Sqe) -> bool {
+        {
+            let mut k = lock(&self.kernel);
+            if k.refuse_pushes > 0 {
+                k.refuse_pushes -= 1;
+                k.ring_gone = true;
+                return false;
+            }
+        }
         match sqe {
             Sqe::Read { tag, ptr, len, offset, .. } => {
                 let mut k = lock(&self.kernel);
@@ -165,6 +177,9 @@ impl Ring for HeldRing {
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
         let mut k = lock(&self.kernel);
         k.waits.push(wait);
+        if std::mem::take(&mut k.ring_gone) {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
         match k.wait_errors.pop_front() {
             Some(errno) => Err(io::Error::from_raw_os_error(errno)),
             None => Ok(()),
@@ -504,6 +519,22 @@ fn lane_core_retries_and_continues_reads() {
     let e = futures::executor::block_on(fut).unwrap_err();
     assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EAGAIN).to_string()), "{e}");
     assert_eq!(lock(&rig.kernel).read_lens.len(), 5 + 9, "eight retries, no more");
+}
+
+/// A short read whose continuation the ring can no longer take fails with the ring's error.
+#[test]
+fn lane_core_continuation_the_ring_refuses_is_an_error() {
+    let mut rig = Rig::new(1, 4);
+    let file = lane_file(None);
+    lock(&rig.kernel).read_results.push_back(4);
+    let (fut, _) = rig.gather(1..2, &file);
+    rig.lane.turn(false).unwrap();
+    lock(&rig.kernel).refuse_pushes = 1;
+    rig.complete(0..u64::MAX / STRIDE);
+    rig.lane.turn(false).unwrap();
+    assert!(fut.is_settled());
+    let e = futures::executor::block_on(fut).unwrap_err();
+    assert!(e.to_string().contains(&io::Error::from_raw_os_error(libc::EBADF).to_string()), "{e}");
 }
 
 /// The same for writes: `EAGAIN` and `EINTR` are retried, a short write is continued from
