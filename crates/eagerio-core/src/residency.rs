@@ -507,13 +507,11 @@ mod tests {
         assert_eq!(served.extents, 0, "a row on an uncached page is read by the engine");
     }
 
-    /// Issue 14: a file cut between the residency check and the copy: the copy stops at the
-    /// lost page instead of killing the process with SIGBUS, and the extent goes back to the
-    /// engine (which then reports the short read, naming the row); the others are served.
-    #[test]
-    fn residency_cut_after_the_check_is_a_miss() {
+    /// A cached 4-page file of `byte`s, mapped, and a two-row plan (pages 0 and 3) found resident
+    /// by the check; the caller cuts the file before copying.
+    fn checked_then_cut(byte: u8) -> (tempfile::NamedTempFile, Residency, Plan, Served) {
         let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&[4u8; 4 * 4096]).unwrap();
+        f.write_all(&[byte; 4 * 4096]).unwrap();
         let file = File::open(f.path()).unwrap();
         let mut all = vec![0u8; 4 * 4096];
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut all, 0).unwrap();
@@ -523,6 +521,15 @@ mod tests {
         let mut served = Served { resident: vec![false; 2], ..Served::default() };
         r.classify(&plan, 4 * 4096, &mut served.resident);
         assert_eq!(served.resident, [true, true]);
+        (f, r, plan, served)
+    }
+
+    /// Issue 14: a file cut between the residency check and the copy: the copy stops at the
+    /// lost page instead of killing the process with SIGBUS, and the extent goes back to the
+    /// engine (which then reports the short read, naming the row); the others are served.
+    #[test]
+    fn residency_cut_after_the_check_is_a_miss() {
+        let (f, r, plan, mut served) = checked_then_cut(4);
         assert!(recover::install());
         f.as_file().set_len(4096).unwrap();
         let mut out = vec![0u8; 180];
@@ -539,17 +546,7 @@ mod tests {
     /// extents and hands a batch back to the engine when the file was cut after the check.
     #[test]
     fn residency_kernel_copy_serves_and_survives_a_cut() {
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&[6u8; 4 * 4096]).unwrap();
-        let file = File::open(f.path()).unwrap();
-        let mut all = vec![0u8; 4 * 4096];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut all, 0).unwrap();
-        let r = Residency::map(&file, 4 * 4096).unwrap();
-        let plan = Plan::new(&[(10, 90), (3 * 4096 + 10, 90)], &PlanOptions { max_gap: 0, align: 1, max_read: 65536 })
-            .unwrap();
-        let mut served = Served { resident: vec![false; 2], ..Served::default() };
-        r.classify(&plan, 4 * 4096, &mut served.resident);
-        assert_eq!(served.resident, [true, true]);
+        let (f, r, plan, mut served) = checked_then_cut(6);
         let mut out = vec![0u8; 180];
         // SAFETY: `out` holds the plan's output; the mapping covers both extents.
         unsafe { r.copy_through_kernel(&plan, &[0], out.as_mut_ptr(), &mut served) };

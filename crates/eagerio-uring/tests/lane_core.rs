@@ -79,60 +79,43 @@ impl Kernel {
 unsafe impl Send for Kernel {}
 
 /// A ring over [`Kernel`], completing reads from `file`. It keeps the trait's default
-/// `can_cancel` (false) unless wrapped in [`Cancelling`]; it records a cancel either way, so a
-/// test can tell that none was sent to a ring that cannot take one.
+/// `can_cancel` (false); it records a cancel anyway, so a test can tell that none was sent to a
+/// ring that cannot take one.
 struct HeldRing {
     file: Arc<Vec<u8>>,
     kernel: Arc<Mutex<Kernel>>,
 }
 
-/// [`HeldRing`] taking cancels.
-struct Cancelling(HeldRing);
-
-/// Either ring, for the rig.
-struct AnyRing(Box<dyn Ring>);
-
-impl Ring for Cancelling {
-    fn push(&mut self, sqe: Sqe) -> bool {
-        self.0.push(sqe)
-    }
-
-    fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
-        self.0.submit_and_wait(wait)
-    }
-
-    fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
-        self.0.reap(f)
-    }
-
-    fn can_cancel(&self) -> bool {
-        true
-    }
+/// The rig's ring: [`HeldRing`], taking cancels if `cancels` (else the lane sees the trait's
+/// default `can_cancel`, through `HeldRing`).
+struct AnyRing {
+    ring: HeldRing,
+    cancels: bool,
 }
 
 impl Ring for AnyRing {
     fn push(&mut self, sqe: Sqe) -> bool {
-        self.0.push(sqe)
+        self.ring.push(sqe)
     }
 
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
-        self.0.submit_and_wait(wait)
+        self.ring.submit_and_wait(wait)
     }
 
     fn reap(&mut self, f: &mut dyn FnMut(u64, i32)) {
-        self.0.reap(f)
+        self.ring.reap(f)
     }
 
     fn register_file(&mut self, file: FileRef) {
-        self.0.register_file(file)
+        self.ring.register_file(file)
     }
 
     fn forget_file(&mut self, file: FileRef) {
-        self.0.forget_file(file)
+        self.ring.forget_file(file)
     }
 
     fn can_cancel(&self) -> bool {
-        self.0.can_cancel()
+        self.cancels || self.ring.can_cancel()
     }
 }
 
@@ -320,7 +303,7 @@ impl Rig {
         let kernel = Arc::new(Mutex::new(Kernel::default()));
         let inbox: Arc<Inbox<CaptureWrites>> = Arc::new(Inbox::new(Box::new(NoNotify)));
         let held = HeldRing { file: file.clone(), kernel: kernel.clone() };
-        let ring = AnyRing(if cancels { Box::new(Cancelling(held)) } else { Box::new(held) });
+        let ring = AnyRing { ring: held, cancels };
         let staging = Staging::new(slots * SLOT, SLOT).unwrap();
         let lane = LaneCore::new(ring, staging.clone(), inbox.clone(), LaneConfig { depth, name: "lane".into() });
         Rig { file, kernel, inbox, lane, src, jobs, staging }
