@@ -11,13 +11,18 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobHandle, ReadEngine, Staging, SyncOp, WriteEngine, WriteOp},
+    backend::{JobHandle, Staging, SyncOp, WriteEngine, WriteOp},
     DataSink, FileInfo, GatherFuture, Sink, SinkOptions, Source,
 };
-use eagerio_uring::lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Release, Ring, Sqe, Work};
+use eagerio_uring::lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Release, Ring, Sqe, Work};
 
 /// A gather of byte ranges.
 type Ranges = GatherFuture<Vec<bytes::Bytes>>;
+
+#[path = "support/lane_rig.rs"]
+mod lane_rig;
+
+use lane_rig::{Capture, NoNotify};
 
 const SLOT: usize = 4096;
 /// Bytes between two rows: far enough apart that no two share a read.
@@ -231,26 +236,6 @@ impl Ring for HeldRing {
 /// The kernel's lock, also after a failed assertion poisoned it (the rig's drop still drains).
 fn lock(kernel: &Mutex<Kernel>) -> std::sync::MutexGuard<'_, Kernel> {
     kernel.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-struct NoNotify;
-
-impl Notify for NoNotify {
-    fn notify(&self) {}
-}
-
-/// An engine that only records the jobs it is given (the test hands them to the lane).
-#[derive(Clone)]
-struct Capture(FileInfo, Arc<Mutex<Vec<JobHandle>>>);
-
-impl ReadEngine for Capture {
-    fn info(&self) -> &FileInfo {
-        &self.0
-    }
-
-    fn submit(&self, job: JobHandle) {
-        self.1.lock().unwrap().push(job);
-    }
 }
 
 /// A write engine that only records the writes and syncs it is given (the test hands them to

@@ -20,14 +20,16 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use eagerio_core::{
-    backend::{JobHandle, ReadEngine, Staging},
-    FileInfo, Source,
-};
+use eagerio_core::{backend::Staging, FileInfo, Source};
 use eagerio_uring::{
-    lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work},
+    lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Ring, Sqe, Work},
     UringWriter,
 };
+
+#[path = "support/lane_rig.rs"]
+mod lane_rig;
+
+use lane_rig::{Capture, NoNotify};
 
 const SLOT: usize = 4096;
 
@@ -62,26 +64,6 @@ impl Ring for InstantRing {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), ptr, src.len()) };
             f(tag, len as i32);
         }
-    }
-}
-
-struct NoNotify;
-
-impl Notify for NoNotify {
-    fn notify(&self) {}
-}
-
-/// An engine that only records the jobs it is given.
-#[derive(Clone)]
-struct Capture(FileInfo, Arc<Mutex<Vec<JobHandle>>>);
-
-impl ReadEngine for Capture {
-    fn info(&self) -> &FileInfo {
-        &self.0
-    }
-
-    fn submit(&self, job: JobHandle) {
-        self.1.lock().unwrap().push(job);
     }
 }
 
