@@ -1008,6 +1008,7 @@ impl<E: ReadEngine> Source<E> {
         let plan = Plan::new(&requests, &self.plan_options())?;
         out.clear();
         out.reserve(plan.out_len() as usize);
+        crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
         let out_ptr = OutPtr(out.as_mut_ptr());
         let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());

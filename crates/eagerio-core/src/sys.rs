@@ -225,3 +225,64 @@ pub fn pread_full(file: &File, buf: &mut [u8], offset: u64, direct_align: u64) -
 pub fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
     file.write_all_at(data, offset)
 }
+
+/// Asks the kernel to back the 2 MiB-aligned interior of `len` bytes at `ptr` with transparent
+/// huge pages (`MADV_HUGEPAGE`). A gather's fresh output is first touched by its copies, one
+/// page fault per 4 KiB page (zeroing, allocation and accounting each time: about a third of a
+/// warm 4 KiB-row gather's time); with huge pages it is one fault per 2 MiB. Only advice: the
+/// contents do not change, memory outside the interior is untouched, and a kernel without
+/// transparent huge pages (or with them off) ignores it.
+pub fn huge_pages(ptr: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize).saturating_add(len) & !(HUGE - 1);
+    if end > start {
+        // SAFETY: advice over whole pages inside the caller's allocation; MADV_HUGEPAGE changes
+        // neither the contents nor the protection.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom), target_os = "linux"))]
+mod tests {
+    /// The `VmFlags` of the mapping that holds `addr`, from `/proc/self/smaps`.
+    fn vm_flags(addr: usize) -> String {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                        inside = (a..b).contains(&addr);
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.trim().to_string();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    /// A large output buffer gets huge-page advice over its aligned interior, and only there.
+    #[test]
+    fn sys_huge_pages_advises_the_aligned_interior() {
+        const HUGE: usize = 2 << 20;
+        let mut buf: Vec<u8> = Vec::with_capacity(5 * HUGE);
+        let ptr = buf.as_mut_ptr();
+        let interior = (ptr as usize).next_multiple_of(HUGE);
+        assert!(!vm_flags(interior).split(' ').any(|f| f == "hg"), "not advised before");
+        super::huge_pages(ptr, buf.capacity());
+        assert!(vm_flags(interior).split(' ').any(|f| f == "hg"), "{}", vm_flags(interior));
+        if interior > ptr as usize {
+            assert!(!vm_flags(ptr as usize).split(' ').any(|f| f == "hg"), "the unaligned head is left alone");
+        }
+        // Too small to hold an aligned 2 MiB: nothing to advise, and no error.
+        let mut small = vec![1u8; 4096];
+        super::huge_pages(small.as_mut_ptr(), small.len());
+        assert_eq!(small, vec![1u8; 4096]);
+    }
+}
