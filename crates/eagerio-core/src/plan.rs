@@ -152,7 +152,56 @@ fn sort_requests(reqs: &mut Vec<Req>) {
     }
 }
 
+/// The options and the request count, checked before anything else.
+fn check_count(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<()> {
+    opts.validate()?;
+    if u32::try_from(requests.len()).is_err() {
+        return Err(Error::invalid_option(
+            "requests",
+            format!("{} requests; one gather takes at most {}", requests.len(), u32::MAX),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks request `i` (`len` bytes at `off`, landing at `out_len` in the output; `mask` is the
+/// alignment less one) and returns where the next request's bytes land.
+fn check_request(i: usize, off: u64, len: u64, mask: u64, out_len: u64) -> Result<u64> {
+    let invalid = |reason| Error::InvalidRange {
+        index: i,
+        start: off,
+        end: off.saturating_add(len),
+        reason,
+        path: Default::default(),
+    };
+    if len == 0 {
+        return Err(invalid("the range is empty"));
+    }
+    if off.checked_add(len).and_then(|end| end.checked_add(mask)).is_none() {
+        return Err(invalid("the range ends past the largest file offset"));
+    }
+    match out_len.checked_add(len) {
+        Some(n) if n <= isize::MAX as u64 => Ok(n),
+        _ => Err(invalid("the requests' output would not fit in memory")),
+    }
+}
+
 impl Plan {
+    /// Whether [`Plan::new`] would accept `requests` with `opts`, without planning: the same
+    /// errors, in one pass that allocates nothing. A gather prepared on another thread checks
+    /// this in the call, so a bad request still fails before any I/O.
+    ///
+    /// # Errors
+    /// As [`Plan::new`].
+    pub fn check(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<()> {
+        check_count(requests, opts)?;
+        let mut out_len = 0u64;
+        for (i, &(off, len)) in requests.iter().enumerate() {
+            out_len = check_request(i, off, len, opts.align - 1, out_len)?;
+        }
+        Ok(())
+    }
+
     /// Plans `requests`, each an `(offset, len)` pair with `len > 0`. Request `i`'s bytes land in
     /// the output right after request `i - 1`'s.
     ///
@@ -162,35 +211,14 @@ impl Plan {
     /// bounds first and names it) for an empty request, one whose end overflows `u64` once
     /// aligned, or requests whose output would not fit in memory.
     pub fn new(requests: &[(u64, u64)], opts: &PlanOptions) -> Result<Plan> {
-        opts.validate()?;
-        if requests.len() > u32::MAX as usize {
-            return Err(Error::invalid_option(
-                "requests",
-                format!("{} requests; one gather takes at most {}", requests.len(), u32::MAX),
-            ));
-        }
+        check_count(requests, opts)?;
         let mask = opts.align - 1;
         let mut sorted = Vec::with_capacity(requests.len());
         let mut out_len = 0u64;
         for (i, &(off, len)) in requests.iter().enumerate() {
-            let invalid = |reason| Error::InvalidRange {
-                index: i,
-                start: off,
-                end: off.saturating_add(len),
-                reason,
-                path: Default::default(),
-            };
-            if len == 0 {
-                return Err(invalid("the range is empty"));
-            }
-            if off.checked_add(len).and_then(|end| end.checked_add(mask)).is_none() {
-                return Err(invalid("the range ends past the largest file offset"));
-            }
+            let next = check_request(i, off, len, mask, out_len)?;
             sorted.push(Req { off, len, out: out_len, idx: i as u32 });
-            out_len = match out_len.checked_add(len) {
-                Some(n) if n <= isize::MAX as u64 => n,
-                _ => return Err(invalid("the requests' output would not fit in memory")),
-            };
+            out_len = next;
         }
         sort_requests(&mut sorted);
 
@@ -435,6 +463,24 @@ mod tests {
         assert_eq!(p.execute_from(&file), naive(&file, &reqs));
         let distinct: std::collections::BTreeSet<_> = reqs.iter().collect();
         assert_eq!(p.unique_requests(), distinct.len(), "duplicates must be neighbours after sorting");
+    }
+
+    /// `Plan::check` refuses exactly what `Plan::new` refuses, at the edges of every check: the
+    /// aligned end just fitting in `u64` or not, an empty request, an output just too large.
+    #[test]
+    fn check_agrees_with_new_at_the_edges() {
+        let o = opts(0, 4096, 65536);
+        let fits = u64::MAX - 4095; // the aligned end is u64::MAX
+        let cases: [&[(u64, u64)]; 4] =
+            [&[(fits - 10, 10)], &[(fits - 9, 10)], &[(0, 1), (5, 0)], &[(0, 1 << 62), (0, 1 << 62)]];
+        for reqs in cases {
+            let new = Plan::new(reqs, &o).map(|_| ()).map_err(|e| e.to_string());
+            assert_eq!(Plan::check(reqs, &o).map_err(|e| e.to_string()), new, "{reqs:?}");
+        }
+        assert!(Plan::check(cases[0], &o).is_ok() && Plan::check(cases[1], &o).is_err());
+        // An output of exactly isize::MAX bytes is allowed (planning it is not tried here).
+        assert!(Plan::check(&[(0, 1 << 62), (0, (1 << 62) - 1)], &o).is_ok());
+        assert!(Plan::check(cases[3], &o).is_err());
     }
 
     /// One read moves at most 2 GiB - 1 (an SQE's length is 32 bits, signed in the kernel).
