@@ -54,7 +54,7 @@ pub trait Backend {
 macro_rules! conformance_suite {
     ($backend:expr, $block_on:expr) => {
         $crate::conformance_suite!(@tests $backend, $block_on,
-            rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
+            rows_roundtrip, large_gather_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
             truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
             sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
@@ -134,6 +134,25 @@ pub async fn rows_roundtrip<B: Backend>(b: &B) {
         assert!(s.reads > 0 && (s.bytes_read >= s.useful_bytes || s.resident > 0), "{s:?}");
         wait_full(b, table.source()).await;
     }
+}
+
+/// A gather large enough to be prepared off the caller's thread (on backends that do), then
+/// one dropped at once, while it may still be being prepared: the first returns the right
+/// bytes, the dropped one leaves nothing held, and the source serves the next.
+pub async fn large_gather_roundtrip<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (row_size, rows) = (90usize, 20_000u64);
+    let (_d, path, file) = random_file(row_size * rows as usize, &mut rng);
+    let table =
+        b.open(&path).await.expect("open").rows(RowLayout { base: 0, row_size: row_size as u64, rows: None }).unwrap();
+    let n = 3 * crate::prepare::PREPARE_ELSEWHERE;
+    let ids: Vec<u64> = (0..n).map(|_| rng.gen_range(0..rows)).collect();
+    let got = table.gather(&ids).expect("valid rows").await.expect("gather");
+    assert_eq!(&got[..], &reference_rows(&file, row_size, &ids)[..]);
+    drop(table.gather(&ids).expect("valid rows"));
+    let again = table.gather(&ids).expect("valid rows").await.expect("gather after a drop");
+    assert_eq!(again, got);
+    wait_full(b, table.source()).await;
 }
 
 /// Byte-range gathers, overlapping and out of order, with a caller's reused buffer.

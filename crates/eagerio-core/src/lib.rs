@@ -36,6 +36,7 @@ pub mod loom;
 pub mod mem;
 mod options;
 pub mod plan;
+pub mod prepare;
 mod recover;
 pub mod residency;
 pub mod sink;
@@ -56,7 +57,7 @@ pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};
 /// job's handle, the planner's types, the staging pool and the per-source statistics. The
 /// modules [`sys`], [`residency`], [`fault`] and [`mem`] are for backends (and tests) too.
 pub mod backend {
-    pub use crate::gather::{ClaimPhase, JobClaims, JobHandle, ReadEngine};
+    pub use crate::gather::{remote, ClaimPhase, JobClaims, JobHandle, ReadEngine, Remote};
     pub use crate::plan::{Extent, Piece, Plan, PlanOptions};
     pub use crate::sink::{SyncOp, WriteEngine, WriteOp};
     pub use crate::staging::{SlotLease, Staging, DEFAULT_STAGING_BYTES, STAGING_ALIGN};

@@ -24,7 +24,10 @@ pub struct GatherStats {
     pub bytes_read: u64,
     /// Distinct requested bytes.
     pub useful_bytes: u64,
-    /// Time spent in the `gather` call: validating, planning and submitting.
+    /// Time from the `gather` call until the reads were handed to the backend: validating,
+    /// planning, copying page-cache-resident rows and submitting. Spent in the call, or, for a
+    /// large gather prepared off the caller's thread ([`crate::prepare`]), mostly on a
+    /// preparing thread.
     pub submit: Duration,
     /// Time from the call's return until the last read settled (zero while running).
     pub wait: Duration,
@@ -68,7 +71,8 @@ pub struct SourceTotals {
     pub bytes_read: u64,
     /// Distinct requested bytes.
     pub useful_bytes: u64,
-    /// Total time in `gather` calls.
+    /// Total of the gathers' [`GatherStats::submit`] times (calls, and preparation off the
+    /// caller's thread).
     pub submit: Duration,
     /// Total time waiting for reads.
     pub wait: Duration,

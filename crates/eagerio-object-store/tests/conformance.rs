@@ -27,7 +27,7 @@ mod in_memory {
     }
 
     eagerio_core::conformance_suite!(@tests backend(), block_on,
-        rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
+        rows_roundtrip, large_gather_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported,
         sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes, adaptive_resident_and_missing_rows,
         adaptive_eviction_races_the_copy);
@@ -41,7 +41,7 @@ mod local_fs {
     }
 
     eagerio_core::conformance_suite!(@tests backend(), block_on,
-        rows_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
+        rows_roundtrip, large_gather_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
         sink_write_error_reported, sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes,
         adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy);

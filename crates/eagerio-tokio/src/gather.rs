@@ -9,7 +9,7 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobHandle, ReadEngine, Staging, DEFAULT_STAGING_BYTES},
+    backend::{remote, JobHandle, ReadEngine, Remote, Staging, DEFAULT_STAGING_BYTES},
     fault::{self, with_hook, Hook, IoKind, IoPoint},
     sys::{self, DirectIo},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
@@ -204,6 +204,11 @@ impl ReadEngine for TokioEngine {
             // Dropping the JoinHandle detaches the worker.
             drop(self.inner.rt.spawn_blocking(move || worker.run()));
         }
+    }
+
+    /// Jobs may come from any thread: large gathers are prepared off the caller's thread.
+    fn remote(&self) -> Option<Remote> {
+        Some(remote(self))
     }
 }
 

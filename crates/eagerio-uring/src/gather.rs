@@ -4,7 +4,7 @@
 use std::{fmt, path::Path, sync::Arc};
 
 use eagerio_core::{
-    backend::{JobHandle, ReadEngine},
+    backend::{remote, JobHandle, ReadEngine, Remote},
     fault,
     sys::{self, DirectIo},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
@@ -269,5 +269,10 @@ impl ReadEngine for UringEngine {
             Kind::Tokio(t) => t.submit(job),
             Kind::Lanes { driver, file } => driver.submit(job, file, self.inner.split_threshold),
         }
+    }
+
+    /// Jobs may come from any thread: large gathers are prepared off the caller's thread.
+    fn remote(&self) -> Option<Remote> {
+        Some(remote(self))
     }
 }

@@ -1,0 +1,239 @@
+//! Large gathers on an engine that takes jobs from any thread are prepared off the caller's
+//! thread: checked in the call, then planned and submitted by an `eagerio-prepare` thread. These
+//! tests drive that hand-over with an engine that records where its jobs come from and can hold
+//! them back.
+#![cfg(not(eagerio_loom))]
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Condvar, Mutex},
+    task::Poll,
+    time::{Duration, Instant},
+};
+
+use eagerio_core::{
+    backend::{remote, JobHandle, ReadEngine, Remote},
+    prepare::PREPARE_ELSEWHERE,
+    Error, FileInfo, RowLayout, RowTable, Source,
+};
+
+const ROW: u64 = 16;
+const ROWS: u64 = 10_000;
+
+/// How the engine treats the jobs it is given.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Reads every extent at once.
+    Read,
+    /// Keeps the job unread (the test ends it).
+    Keep,
+    /// Panics in `submit`.
+    Panic,
+}
+
+struct Inner {
+    data: Vec<u8>,
+    info: FileInfo,
+    mode: Mutex<Mode>,
+    /// `submit` waits while this is closed.
+    gate: (Mutex<bool>, Condvar),
+    /// The thread name of every `submit`, and the jobs kept.
+    seen: Mutex<Vec<String>>,
+    kept: Mutex<Vec<JobHandle>>,
+}
+
+#[derive(Clone)]
+struct Engine(Arc<Inner>);
+
+impl Engine {
+    fn new() -> Engine {
+        Engine::with_len(ROW * ROWS)
+    }
+
+    /// An engine over `len` bytes (a pattern, held in memory up to `ROW * ROWS` bytes).
+    fn with_len(len: u64) -> Engine {
+        let data: Vec<u8> = (0..len.min(ROW * ROWS)).map(|i| (i % 253) as u8).collect();
+        let info = FileInfo { path: PathBuf::from("prepare.bin"), len, align: 1, max_read: 4096 };
+        Engine(Arc::new(Inner {
+            data,
+            info,
+            mode: Mutex::new(Mode::Read),
+            gate: (Mutex::new(true), Condvar::new()),
+            seen: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
+        }))
+    }
+
+    fn set_mode(&self, mode: Mode) {
+        *self.0.mode.lock().unwrap() = mode;
+    }
+
+    fn set_gate(&self, open: bool) {
+        *self.0.gate.0.lock().unwrap() = open;
+        self.0.gate.1.notify_all();
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.0.seen.lock().unwrap().clone()
+    }
+
+    /// Waits (up to 10 s) until `submit` has kept `n` jobs, and returns them.
+    fn kept(&self, n: usize) -> Vec<JobHandle> {
+        let until = Instant::now() + Duration::from_secs(10);
+        while self.0.kept.lock().unwrap().len() < n && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.0.kept.lock().unwrap().clone()
+    }
+}
+
+impl ReadEngine for Engine {
+    fn info(&self) -> &FileInfo {
+        &self.0.info
+    }
+
+    fn submit(&self, job: JobHandle) {
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        self.0.seen.lock().unwrap().push(name);
+        let (open, cv) = &self.0.gate;
+        drop(cv.wait_while(open.lock().unwrap(), |open| !*open).unwrap());
+        let mode = *self.0.mode.lock().unwrap();
+        match mode {
+            Mode::Read => {
+                while let Some(i) = job.next_extent() {
+                    let e = job.plan().extents()[i];
+                    let bytes = &self.0.data[e.offset as usize..(e.offset + u64::from(e.len)) as usize];
+                    job.complete(i, bytes, Ok(bytes.len()));
+                }
+            }
+            Mode::Keep => self.0.kept.lock().unwrap().push(job),
+            Mode::Panic => panic!("the engine broke on purpose"),
+        }
+    }
+
+    fn remote(&self) -> Option<Remote> {
+        Some(remote(self))
+    }
+}
+
+fn table() -> (Engine, RowTable<Engine>) {
+    let engine = Engine::new();
+    let table = Source::new(engine.clone()).rows(RowLayout { base: 0, row_size: ROW, rows: None }).unwrap();
+    (engine, table)
+}
+
+fn ids(n: usize) -> Vec<u64> {
+    (0..n as u64).map(|i| (i * 7919) % ROWS).collect()
+}
+
+fn expected(ids: &[u64]) -> Vec<u8> {
+    ids.iter().flat_map(|&r| (r * ROW..(r + 1) * ROW).map(|i| (i % 253) as u8)).collect()
+}
+
+/// Polls `fut` once.
+fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    let waker = futures::task::noop_waker();
+    std::pin::Pin::new(fut).poll(&mut std::task::Context::from_waker(&waker))
+}
+
+#[test]
+fn prepare_large_gather_is_submitted_by_a_preparing_thread() {
+    let (engine, table) = table();
+    let big = ids(PREPARE_ELSEWHERE);
+    let got = futures::executor::block_on(table.gather(&big).unwrap()).unwrap();
+    assert_eq!(&got[..], &expected(&big)[..]);
+    let small = ids(PREPARE_ELSEWHERE - 1);
+    let got = futures::executor::block_on(table.gather(&small).unwrap()).unwrap();
+    assert_eq!(&got[..], &expected(&small)[..]);
+    let seen = engine.seen();
+    assert!(seen[0].starts_with("eagerio-prepare-"), "the large gather came from {:?}", seen[0]);
+    assert_eq!(seen[1], std::thread::current().name().unwrap(), "a small gather is submitted in the call");
+}
+
+/// The preparing thread starts the reads without the future being polled.
+#[test]
+fn prepare_reads_start_without_a_poll() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    let big = ids(3 * PREPARE_ELSEWHERE);
+    let fut = table.gather(&big).unwrap();
+    let kept = engine.kept(1);
+    assert_eq!(kept.len(), 1, "the job reached the engine unpolled");
+    assert_eq!(kept[0].plan().requests(), big.len());
+    drop(fut);
+}
+
+/// A request that planning would refuse fails in the call, before any job reaches the engine.
+#[test]
+fn prepare_bad_request_fails_in_the_call() {
+    // Each range is within this (pretended) file, but together their output cannot fit in
+    // memory: only the planner's check sees it.
+    let engine = Engine::with_len(u64::MAX / 4);
+    let source = Source::new(engine.clone());
+    let big: Vec<_> = (0..PREPARE_ELSEWHERE as u64).map(|i| i..i + (1u64 << 60)).collect();
+    let err = source.gather_ranges(&big).expect_err("the output cannot fit in memory");
+    assert!(matches!(err, Error::InvalidRange { .. }), "{err:?}");
+    assert!(engine.seen().is_empty(), "no job reached the engine");
+}
+
+/// Dropping the future while the gather is being prepared ends the job when it arrives, and
+/// dropping it after the job arrived (but before a poll took it) ends it at once.
+#[test]
+fn prepare_dropped_future_ends_its_job() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let fut = table.gather(&ids(PREPARE_ELSEWHERE)).unwrap();
+    drop(fut);
+    engine.set_gate(true);
+    let job = engine.kept(1).pop().expect("the job was submitted");
+    let until = Instant::now() + Duration::from_secs(10);
+    while job.is_live() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!job.is_live(), "a job whose future was dropped while preparing is ended");
+
+    let fut = table.gather(&ids(PREPARE_ELSEWHERE)).unwrap();
+    let job = engine.kept(2).pop().expect("the second job was submitted");
+    assert!(job.is_live());
+    drop(fut);
+    assert!(!job.is_live(), "a delivered job is ended with its future");
+}
+
+/// A deadline that passes while the gather is still being prepared resolves the future with
+/// `TimedOut`, every row unread, and the job is ended when it arrives.
+#[test]
+fn prepare_deadline_passed_while_preparing_times_out() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let n = PREPARE_ELSEWHERE;
+    let mut fut = table.gather(&ids(n)).unwrap().with_deadline(Instant::now());
+    let Poll::Ready(Err(err)) = poll_once(&mut fut) else { panic!("the deadline has passed") };
+    assert!(
+        matches!(err, Error::TimedOut { unread, requested, .. } if unread == n as u64 && requested == n as u64),
+        "{err:?}"
+    );
+    engine.set_gate(true);
+    let job = engine.kept(1).pop().expect("the job was submitted");
+    let until = Instant::now() + Duration::from_secs(10);
+    while job.is_live() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!job.is_live());
+    drop(fut);
+}
+
+/// A panic while preparing is the gather's error; the preparing threads go on serving.
+#[test]
+fn prepare_panic_is_reported_and_the_next_gather_works() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Panic);
+    let err = futures::executor::block_on(table.gather(&ids(PREPARE_ELSEWHERE)).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::Panicked { .. }), "{err:?}");
+    assert!(err.to_string().contains("broke on purpose"), "{err}");
+    engine.set_mode(Mode::Read);
+    let big = ids(PREPARE_ELSEWHERE);
+    let got = futures::executor::block_on(table.gather(&big).unwrap()).unwrap();
+    assert_eq!(&got[..], &expected(&big)[..]);
+}
