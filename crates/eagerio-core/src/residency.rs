@@ -9,10 +9,12 @@
 //! 0. A cold table skips everything below: the first pages of up to 16 extents spread over the
 //!    plan are probed with `mincore` (a warm table answers at the first), and when none is
 //!    cached, one `cachestat(2)` (Linux 6.5) says whether any page of the file is.
-//! 1. `mincore` reports which pages of the plan's extents are resident. Extents close together
-//!    share one call (a window of up to [`WINDOW_PAGES`] pages), so a 40,000-row gather costs a
-//!    few hundred calls, not one per row. An extent counts as resident when its pieces' pages
-//!    are: the hole a coalesced read joins across is never copied, so its pages do not matter.
+//! 1. Extents whose pages this mapping already maps (an earlier copy read them; a bitmap
+//!    remembers which) are resident without a check: eviction skips mapped pages. For the
+//!    others, `mincore` reports which pages are resident. Extents close together share one call
+//!    (a window of up to [`WINDOW_PAGES`] pages), so a 40,000-row gather costs a few hundred
+//!    calls, not one per row. An extent counts as resident when its pieces' pages are: the hole
+//!    a coalesced read joins across is never copied, so its pages do not matter.
 //! 2. Right after each window's check, while its page tables are still in the CPU's caches,
 //!    the pieces of its resident extents are copied into the output with a plain memory copy
 //!    from the mapping that survives `SIGBUS` (`recover::copy`), prefetching a few extents
@@ -25,10 +27,12 @@
 //!    table never grows it.
 //!
 //! # Faults
-//! A page can be evicted between `mincore` and the copy. The copy then faults it in (one
-//! synchronous read per evicted page, never the whole gather) and the gather counts it in
+//! A page can be evicted between `mincore` and the copy, and memory pressure can reclaim a page
+//! the bitmap says is mapped. The copy then faults it in (one synchronous read per evicted
+//! page, never the whole gather) and the gather counts it in
 //! [`GatherStats::resident_faults`](crate::GatherStats::resident_faults), measured as the
-//! calling thread's major faults during the copy.
+//! copying thread's major faults during the copy; a gather that took one (or whose copy the
+//! file cut short) clears the bitmap, so the next gathers check every page again.
 //!
 //! # Eviction
 //! Pages the copy touched stay mapped by the source's mapping, and the kernel skips mapped pages
@@ -50,18 +54,27 @@
 //! `cachestat(2)` call find no cached page and the gather skips the `mincore` pass and the copy;
 //! on older kernels the pass runs and is pure overhead: about 1-2% of a cold gather's time. The
 //! `mincore` pass costs about the same per page of the span it covers whether or not the page
-//! is cached (a 40,000-row gather over a 2 GiB table checks every page of it: about 6 ms). Files on
+//! is cached (a 40,000-row gather over a 2 GiB table checks every page of it: 6-20 ms), so
+//! rows a table serves for the first time cost that much more than rows it served before. Files on
 //! filesystems without `O_DIRECT` are read buffered anyway, so their misses populate the page
 //! cache.
 
-use std::{fs::File, io, os::fd::AsRawFd};
+use std::{
+    fs::File,
+    io,
+    os::fd::AsRawFd,
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+};
 
-use crate::plan::{Extent, Plan};
+use crate::plan::{Extent, Piece, Plan};
 use crate::recover;
 use crate::{backend::ReadEngine, Source};
 
 /// Largest `mincore` window, in pages.
 pub const WINDOW_PAGES: u64 = 1024;
+/// Largest file, in pages, whose mapped pages [`Residency`] remembers (64 GiB of 4 KiB pages:
+/// a 2 MiB bitmap).
+const MEMO_MAX_PAGES: u64 = 16 << 20;
 /// How many extents ahead of the copy [`Residency::prefetch`] runs.
 const AHEAD: usize = 8;
 /// Extents whose first page is probed before a gather asks `cachestat` whether the file is cold.
@@ -81,6 +94,9 @@ pub struct Residency {
     file: File,
     /// Whether `cachestat(2)` answered here (Linux 6.5); cleared at its first refusal.
     cachestat: std::sync::atomic::AtomicBool,
+    /// The pages this mapping maps because a copy read them, a bit each (empty for a file over
+    /// [`MEMO_MAX_PAGES`]): see [`is_mapped`](Self::is_mapped).
+    mapped: Box<[AtomicU64]>,
 }
 
 // SAFETY: the mapping is read-only and only read through syscalls (`mincore`,
@@ -110,6 +126,8 @@ pub struct Served {
     pub extents: usize,
     /// Major faults taken while copying (pages evicted after the check).
     pub faults: u64,
+    /// A copy stopped short: the file lost a page after the check.
+    pub stopped: bool,
 }
 
 impl Residency {
@@ -128,7 +146,10 @@ impl Residency {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Residency { base, len, page, file, cachestat: std::sync::atomic::AtomicBool::new(true) })
+        let pages = (len as u64).div_ceil(page);
+        let words = if pages <= MEMO_MAX_PAGES { pages.div_ceil(64) as usize } else { 0 };
+        let mapped = (0..words).map(|_| AtomicU64::new(0)).collect();
+        Ok(Residency { base, len, page, file, cachestat: std::sync::atomic::AtomicBool::new(true), mapped })
     }
 
     /// Drops this mapping's page-table entries (the pages stay in the page cache). Pages the
@@ -139,6 +160,46 @@ impl Residency {
         // SAFETY: our own read-only shared mapping: MADV_DONTNEED only drops its page-table
         // entries; later accesses fault the pages back in from the cache or the file.
         unsafe { libc::madvise(self.base, self.len, libc::MADV_DONTNEED) };
+        self.forget();
+    }
+
+    /// Whether every page of extent `k`'s pieces is mapped by this mapping since a copy read it
+    /// (and the extent lies within `file_len`). Such a page stays in the page cache: eviction
+    /// (`posix_fadvise(DONTNEED)`, `drop_caches`) skips mapped pages, and only memory pressure
+    /// (or a truncation) takes one; a copy that then faults is counted, and the gather forgets
+    /// every page ([`forget`](Self::forget)). So a warm table's repeated rows skip `mincore`,
+    /// which costs about 40 ns for every page of the span it checks, cached or not.
+    fn is_mapped(&self, plan: &Plan, k: usize, file_len: u64) -> bool {
+        let e = &plan.extents()[k];
+        if self.mapped.is_empty() || e.offset + u64::from(e.needed) > file_len {
+            return false;
+        }
+        plan.pieces(k).iter().all(|p| {
+            piece_pages(e, p, self.page).all(|pg| self.mapped[(pg / 64) as usize].load(Relaxed) & (1 << (pg % 64)) != 0)
+        })
+    }
+
+    /// Records extent `k`'s pieces' pages as mapped: a copy just read them through the mapping.
+    fn mark_mapped(&self, plan: &Plan, k: usize) {
+        if self.mapped.is_empty() {
+            return;
+        }
+        let e = &plan.extents()[k];
+        for p in plan.pieces(k) {
+            for pg in piece_pages(e, p, self.page) {
+                let (word, bit) = (&self.mapped[(pg / 64) as usize], 1u64 << (pg % 64));
+                if word.load(Relaxed) & bit == 0 {
+                    word.fetch_or(bit, Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Forgets every mapped page: the next gathers check with `mincore` again.
+    fn forget(&self) {
+        for word in self.mapped.iter() {
+            word.store(0, Relaxed);
+        }
     }
 
     /// The file's current length (it may have shrunk since the mapping was made).
@@ -186,6 +247,10 @@ impl Residency {
             unsafe { self.copy_through_kernel(plan, &hits, out, &mut served) };
         }
         served.faults = major_faults().saturating_sub(faults_before);
+        if served.faults > 0 || served.stopped {
+            // A page believed mapped was not (reclaimed, or the file was cut).
+            self.forget();
+        }
         served.rows = rows_served(plan, &served.resident);
         served
     }
@@ -214,7 +279,6 @@ impl Residency {
     /// The count walks every cached page of the file, so it is cheap only for a cold file: a
     /// warm table is told by [`sample_cached`](Self::sample_cached) first.
     fn nothing_cached(&self) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
         if !self.cachestat.load(Relaxed) {
             return false;
         }
@@ -243,6 +307,15 @@ impl Residency {
     /// Returns the end of the window; `vec` is scratch space kept between calls.
     fn classify_window(&self, plan: &Plan, file_len: u64, i: usize, resident: &mut [bool], vec: &mut Vec<u8>) -> usize {
         let extents = plan.extents();
+        // A run of extents whose pages this mapping maps needs no check.
+        let mut j = i;
+        while j < extents.len() && self.is_mapped(plan, j, file_len) {
+            resident[j] = true;
+            j += 1;
+        }
+        if j > i {
+            return j;
+        }
         let page = self.page;
         let span = |e: &Extent| (e.offset / page, (e.offset + u64::from(e.needed.max(1)) - 1) / page);
         let (first, mut last) = span(&extents[i]);
@@ -274,11 +347,10 @@ impl Residency {
                 if e.offset + u64::from(e.needed) > file_len {
                     continue;
                 }
-                resident[k] = plan.pieces(k).iter().all(|p| {
-                    let start = e.offset + u64::from(p.extent_offset);
-                    let end = start + u64::from(p.len.max(1)) - 1;
-                    (start / page..=end / page).all(|p| vec[(p - first) as usize] & 1 == 1)
-                });
+                resident[k] = plan
+                    .pieces(k)
+                    .iter()
+                    .all(|p| piece_pages(e, p, page).all(|pg| vec[(pg - first) as usize] & 1 == 1));
             }
         }
         j
@@ -360,9 +432,11 @@ impl Residency {
             let whole = unsafe { recover::copy(out.add(p.out_offset as usize), self.base.cast::<u8>().add(at), len) };
             if !whole {
                 served.resident[i] = false;
+                served.stopped = true;
                 return;
             }
         }
+        self.mark_mapped(plan, i);
         served.extents += 1;
         served.pieces += pieces.len() as u64;
     }
@@ -396,6 +470,13 @@ impl Residency {
             }
         }
     }
+}
+
+/// The pages piece `p` of extent `e` lies on.
+fn piece_pages(e: &Extent, p: &Piece, page: u64) -> std::ops::RangeInclusive<u64> {
+    let start = e.offset + u64::from(p.extent_offset);
+    let end = start + u64::from(p.len.max(1)) - 1;
+    start / page..=end / page
 }
 
 /// Requests all of whose pieces lie in served extents.
@@ -592,6 +673,46 @@ mod tests {
         assert!(r.sample_cached(&on_cached));
         let elsewhere = Plan::new(&[(4096 + 10, 90), (4096 + 200, 90)], &opts).unwrap();
         assert!(!r.sample_cached(&elsewhere));
+    }
+
+    /// Pages a copy read are remembered as mapped, so the next gather of them skips `mincore`;
+    /// when one of them is nevertheless gone (here: unmapped behind the memo's back, as reclaim
+    /// would, then evicted), the copy reads it back from the file, the right bytes, and the
+    /// fault makes the mapping forget every page. `unmap_pages` forgets them too.
+    #[test]
+    fn residency_mapped_pages_skip_the_check_until_a_fault() {
+        let Some((f, file)) = partly_cached(4, &[0, 2]) else { return };
+        assert!(recover::install());
+        let r = Residency::map(&file, 4 * 4096).unwrap();
+        let plan = Plan::new(&[(10, 90), (2 * 4096 + 10, 90)], &PlanOptions { max_gap: 0, align: 1, max_read: 65536 })
+            .unwrap();
+        assert!(!r.is_mapped(&plan, 0, 4 * 4096), "nothing is mapped before a copy");
+        let mut out = vec![0u8; 180];
+        // SAFETY: `out` holds the plan's output and nothing else touches it.
+        let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert_eq!(served.extents, 2);
+        assert!(r.is_mapped(&plan, 0, 4 * 4096) && r.is_mapped(&plan, 1, 4 * 4096));
+        assert!(!r.is_mapped(&plan, 1, 2 * 4096), "an extent past the file's end never counts");
+
+        // SAFETY: our own read-only mapping: drops its page-table entries only.
+        unsafe { libc::madvise(r.base, r.len, libc::MADV_DONTNEED) };
+        crate::sys::evict(f.path()).unwrap();
+        // Another page of the file is cached, so the table does not look cold.
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut [0u8; 4096], 4096).unwrap();
+        out.fill(0);
+        // SAFETY: as above.
+        let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert_eq!(served.extents, 2, "the memo skipped the check");
+        assert_eq!(&out[..90], &[1u8; 90][..]);
+        assert_eq!(&out[90..], &[3u8; 90][..]);
+        assert!(served.faults > 0, "the evicted pages were read back: {served:?}");
+        assert!(!r.is_mapped(&plan, 0, 4 * 4096), "a fault forgets every page");
+
+        // SAFETY: as above.
+        unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert!(r.is_mapped(&plan, 0, 4 * 4096));
+        r.unmap_pages();
+        assert!(!r.is_mapped(&plan, 0, 4 * 4096), "unmapping forgets every page");
     }
 
     /// A cached 4-page file of `byte`s, mapped, and a two-row plan (pages 0 and 3) found resident
