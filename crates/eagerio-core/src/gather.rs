@@ -202,6 +202,8 @@ pub struct GatherJob {
     submit_ns: AtomicU64,
     wait_ns: AtomicU64,
     source_stats: Option<StdArc<SourceStats>>,
+    /// Built on a preparing thread: the call's time was recorded by the call itself.
+    prepared_elsewhere: bool,
     /// Per extent, when it was claimed (µs since `started`), for the read latency histogram.
     claimed_at: Box<[std::sync::atomic::AtomicU32]>,
     /// When the job was handed to the engine, and when the engine claimed its first extent (ns
@@ -276,7 +278,10 @@ impl GatherJob {
             let first = self.first_claim_ns.load(relaxed);
             let queue = (first != u64::MAX)
                 .then(|| Duration::from_nanos(first.saturating_sub(self.handed_off_ns.load(relaxed))));
-            s.record_times(submit, queue, total);
+            if !self.prepared_elsewhere {
+                s.record_call(submit);
+            }
+            s.record_times(queue, total);
             let ended = self.ending.load(Ordering::Acquire) == Ending::TIMED_OUT;
             s.record(&self.stats(), self.failed.load(Ordering::Acquire) || ended);
         }
@@ -1229,9 +1234,11 @@ impl<E: ReadEngine> Source<E> {
             stats: self.stats.clone(),
             path: StdArc::from(self.engine.info().path.as_path()),
             timeout: self.timeout,
+            elsewhere: false,
         };
         let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
         let Some(remote) = remote else {
+            // The job records its submit time as the call's when it settles.
             let (job, deadline) = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
             return Ok(GatherFuture {
                 job: Some(job),
@@ -1242,6 +1249,7 @@ impl<E: ReadEngine> Source<E> {
             });
         };
         Plan::check(&requests, &start.opts)?;
+        let start = Start { elsewhere: true, ..start };
         let preparing = StdArc::new(Preparing {
             started,
             timeout_at: start.timeout.map(|t| started + t),
@@ -1265,6 +1273,7 @@ impl<E: ReadEngine> Source<E> {
             });
             slot.deliver(result);
         }));
+        self.stats.record_call(started.elapsed());
         Ok(GatherFuture {
             job: None,
             settled: GatherStats::default(),
@@ -1283,6 +1292,8 @@ struct Start {
     stats: StdArc<SourceStats>,
     path: StdArc<Path>,
     timeout: Option<Duration>,
+    /// On a preparing thread, not in the call.
+    elsewhere: bool,
 }
 
 impl Start {
@@ -1299,7 +1310,12 @@ impl Start {
         let plan = Plan::new(&requests, &self.opts)?;
         out.clear();
         out.reserve(plan.out_len() as usize);
-        crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
+        if !self.elsewhere {
+            // Not on a preparing thread: there the huge pages a caller's thread freed sit in that
+            // CPU's free lists, and faulting fresh ones in made warm 4 KiB gathers 1.3-4x slower
+            // (the kernel compacts memory to find them), where 4 KiB pages cost nothing extra.
+            crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
+        }
         let out_ptr = OutPtr(out.as_mut_ptr());
         let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
@@ -1333,6 +1349,7 @@ impl Start {
             submit_ns: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             source_stats: Some(self.stats),
+            prepared_elsewhere: self.elsewhere,
             claimed_at,
             handed_off_ns: std::sync::atomic::AtomicU64::new(0),
             first_claim_ns: std::sync::atomic::AtomicU64::new(u64::MAX),

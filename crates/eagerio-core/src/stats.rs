@@ -113,20 +113,27 @@ impl SourceStats {
     }
 
     /// A settled gather's times: in the call, queued before its first read, call to settled.
-    pub(crate) fn record_times(&self, call: Duration, queue: Option<Duration>, total: Duration) {
+    pub(crate) fn record_times(&self, queue: Option<Duration>, total: Duration) {
         let l = &self.latency;
-        l.call.record(call);
         l.gather.record(total);
         if let Some(q) = queue {
             l.queue.record(q);
         }
         #[cfg(feature = "metrics")]
         if let Some(h) = &self.exported {
-            h.call.record(call.as_secs_f64());
             h.gather.record(total.as_secs_f64());
             if let Some(q) = queue {
                 h.queue.record(q.as_secs_f64());
             }
+        }
+    }
+
+    /// Records the time a gather call kept its caller's thread.
+    pub(crate) fn record_call(&self, call: Duration) {
+        self.latency.call.record(call);
+        #[cfg(feature = "metrics")]
+        if let Some(h) = &self.exported {
+            h.call.record(call.as_secs_f64());
         }
     }
 
@@ -176,8 +183,9 @@ struct Latencies {
 /// Snapshots of a source's latency histograms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceLatencies {
-    /// Time inside the gather call (validating, planning, the adaptive copy, submitting): what
-    /// the caller's thread paid, once per gather.
+    /// Time inside the gather call (validating, and unless the gather was prepared on a
+    /// preparing thread, planning, the adaptive copy and submitting): what the caller's thread
+    /// paid, once per gather.
     pub call: HistogramSnapshot,
     /// From the job's hand-off to the backend to the backend claiming its first read: time queued
     /// behind other work, once per gather that read anything.

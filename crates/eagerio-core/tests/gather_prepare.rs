@@ -147,6 +147,8 @@ fn prepare_large_gather_is_submitted_by_a_preparing_thread() {
     assert_eq!(&got[..], &expected(&small)[..]);
     let seen = engine.seen();
     assert!(seen[0].starts_with("eagerio-prepare-"), "the large gather came from {:?}", seen[0]);
+    let call = table.latencies().call;
+    assert_eq!(call.count(), 2, "each call's time is recorded once, prepared or not");
     assert_eq!(seen[1], std::thread::current().name().unwrap(), "a small gather is submitted in the call");
 }
 
