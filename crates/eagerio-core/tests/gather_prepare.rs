@@ -207,13 +207,15 @@ fn prepare_dropped_future_ends_its_job() {
 #[test]
 fn prepare_deadline_passed_while_preparing_times_out() {
     let (engine, table) = table();
+    // The earlier of the two deadlines counts.
+    let table = table.with_timeout(Duration::from_secs(3600));
     engine.set_mode(Mode::Keep);
     engine.set_gate(false);
     let n = PREPARE_ELSEWHERE;
     let mut fut = table.gather(&ids(n)).unwrap().with_deadline(Instant::now());
     let Poll::Ready(Err(err)) = poll_once(&mut fut) else { panic!("the deadline has passed") };
     assert!(
-        matches!(err, Error::TimedOut { unread, requested, .. } if unread == n as u64 && requested == n as u64),
+        matches!(err, Error::TimedOut { unread, requested, what: "rows", .. } if unread == n as u64 && requested == n as u64),
         "{err:?}"
     );
     engine.set_gate(true);
@@ -238,4 +240,53 @@ fn prepare_panic_is_reported_and_the_next_gather_works() {
     let big = ids(PREPARE_ELSEWHERE);
     let got = futures::executor::block_on(table.gather(&big).unwrap()).unwrap();
     assert_eq!(&got[..], &expected(&big)[..]);
+}
+
+/// A deadline given while the gather is being prepared is armed when the job arrives: the
+/// gather, whose reads never finish here, times out with every row unread.
+#[test]
+fn prepare_deadline_given_while_preparing_is_armed_on_arrival() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let n = PREPARE_ELSEWHERE;
+    let fut = table.gather(&ids(n)).unwrap().with_timeout(Duration::from_millis(50));
+    engine.set_gate(true);
+    let err = futures::executor::block_on(fut).unwrap_err();
+    assert!(matches!(err, Error::TimedOut { unread, .. } if unread == n as u64), "{err:?}");
+}
+
+/// The source's timeout applies to a prepared gather too.
+#[test]
+fn prepare_source_timeout_applies() {
+    let (engine, table) = table();
+    let table = table.with_timeout(Duration::from_millis(50));
+    engine.set_mode(Mode::Keep);
+    let err = futures::executor::block_on(table.gather(&ids(PREPARE_ELSEWHERE)).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
+}
+
+/// While the gather is being prepared its statistics are zero and it is not settled; once the
+/// job has arrived they are the job's, before any poll.
+#[test]
+fn prepare_stats_follow_the_job() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let n = PREPARE_ELSEWHERE;
+    let fut = table.gather(&ids(n)).unwrap();
+    assert!(!fut.is_settled());
+    assert_eq!(fut.stats().requested, 0);
+    engine.set_gate(true);
+    engine.kept(1);
+    let until = Instant::now() + Duration::from_secs(10);
+    while fut.stats().requested == 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(fut.stats().requested, n as u64);
+    assert!(!fut.is_settled(), "the engine holds the job");
+    // The engine lets go of the job without reading it: it settles, and the gather fails.
+    engine.0.kept.lock().unwrap().clear();
+    assert!(fut.is_settled());
+    assert!(futures::executor::block_on(fut).is_err());
 }
