@@ -142,13 +142,13 @@ fn prepare_large_gather_is_submitted_by_a_preparing_thread() {
     let big = ids(PREPARE_ELSEWHERE);
     let got = futures::executor::block_on(table.gather(&big).unwrap()).unwrap();
     assert_eq!(&got[..], &expected(&big)[..]);
+    assert_eq!(table.latencies().call.count(), 1, "a prepared gather's call is recorded once");
     let small = ids(PREPARE_ELSEWHERE - 1);
     let got = futures::executor::block_on(table.gather(&small).unwrap()).unwrap();
     assert_eq!(&got[..], &expected(&small)[..]);
+    assert_eq!(table.latencies().call.count(), 2, "and a gather in the call once too");
     let seen = engine.seen();
     assert!(seen[0].starts_with("eagerio-prepare-"), "the large gather came from {:?}", seen[0]);
-    let call = table.latencies().call;
-    assert_eq!(call.count(), 2, "each call's time is recorded once, prepared or not");
     assert_eq!(seen[1], std::thread::current().name().unwrap(), "a small gather is submitted in the call");
 }
 
@@ -289,4 +289,28 @@ fn prepare_stats_follow_the_job() {
     engine.0.kept.lock().unwrap().clear();
     assert!(fut.is_settled());
     assert!(futures::executor::block_on(fut).is_err());
+}
+
+/// A long source timeout does not fire while the gather is prepared, nor once the job has
+/// arrived: the reads finish and the gather returns its rows.
+#[test]
+fn prepare_long_timeout_lets_the_gather_finish() {
+    let (engine, table) = table();
+    let table = table.with_timeout(Duration::from_secs(3600));
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let big = ids(PREPARE_ELSEWHERE);
+    let mut fut = table.gather(&big).unwrap();
+    assert!(poll_once(&mut fut).is_pending(), "nothing has arrived and the deadline is far");
+    engine.set_gate(true);
+    let job = engine.kept(1).pop().expect("the job was submitted");
+    engine.0.kept.lock().unwrap().clear();
+    while let Some(i) = job.next_extent() {
+        let e = job.plan().extents()[i];
+        let bytes = &engine.0.data[e.offset as usize..(e.offset + u64::from(e.len)) as usize];
+        job.complete(i, bytes, Ok(bytes.len()));
+    }
+    drop(job);
+    let got = futures::executor::block_on(fut).unwrap();
+    assert_eq!(&got[..], &expected(&big)[..]);
 }
