@@ -112,7 +112,7 @@ impl SourceStats {
         }
     }
 
-    /// A settled gather's times: in the call, queued before its first read, call to settled.
+    /// A settled gather's times: queued before its first read, and call to settled.
     pub(crate) fn record_times(&self, queue: Option<Duration>, total: Duration) {
         let l = &self.latency;
         l.gather.record(total);
