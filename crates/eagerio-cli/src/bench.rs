@@ -115,10 +115,9 @@ pub fn run(a: &BenchArgs) -> Result<(), Failure> {
                 let t = Instant::now();
                 let got = match m {
                     0 => {
-                        let mut fut = table.gather(&ids)?;
-                        let got = rt.block_on(&mut fut)?.to_vec();
-                        in_call[usize::from(cold)].push(fut.stats().submit);
-                        got
+                        let fut = table.gather(&ids)?;
+                        in_call[usize::from(cold)].push(t.elapsed());
+                        rt.block_on(fut)?.to_vec()
                     }
                     1 => mmap_rows(&file, &ids, a.row_size)?,
                     _ => pread_rows(&file, &ids, a.row_size)?,
