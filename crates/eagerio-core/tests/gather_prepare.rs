@@ -79,10 +79,7 @@ impl Engine {
 
     /// Waits (up to 10 s) until `submit` has kept `n` jobs, and returns them.
     fn kept(&self, n: usize) -> Vec<JobHandle> {
-        let until = Instant::now() + Duration::from_secs(10);
-        while self.0.kept.lock().unwrap().len() < n && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        eventually(|| self.0.kept.lock().unwrap().len() >= n);
         self.0.kept.lock().unwrap().clone()
     }
 }
@@ -113,6 +110,14 @@ impl ReadEngine for Engine {
 
     fn remote(&self) -> Option<Remote> {
         Some(remote(self))
+    }
+}
+
+/// Waits (up to 10 s) until `done` holds; the caller asserts what it needs afterwards.
+fn eventually(done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -189,10 +194,7 @@ fn prepare_dropped_future_ends_its_job() {
     drop(fut);
     engine.set_gate(true);
     let job = engine.kept(1).pop().expect("the job was submitted");
-    let until = Instant::now() + Duration::from_secs(10);
-    while job.is_live() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    eventually(|| !job.is_live());
     assert!(!job.is_live(), "a job whose future was dropped while preparing is ended");
 
     let fut = table.gather(&ids(PREPARE_ELSEWHERE)).unwrap();
@@ -220,10 +222,7 @@ fn prepare_deadline_passed_while_preparing_times_out() {
     );
     engine.set_gate(true);
     let job = engine.kept(1).pop().expect("the job was submitted");
-    let until = Instant::now() + Duration::from_secs(10);
-    while job.is_live() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    eventually(|| !job.is_live());
     assert!(!job.is_live());
     drop(fut);
 }
@@ -279,10 +278,7 @@ fn prepare_stats_follow_the_job() {
     assert_eq!(fut.stats().requested, 0);
     engine.set_gate(true);
     engine.kept(1);
-    let until = Instant::now() + Duration::from_secs(10);
-    while fut.stats().requested == 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    eventually(|| fut.stats().requested != 0);
     assert_eq!(fut.stats().requested, n as u64);
     assert!(!fut.is_settled(), "the engine holds the job");
     // The engine lets go of the job without reading it: it settles, and the gather fails.
