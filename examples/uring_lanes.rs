@@ -6,8 +6,8 @@
 //! EAGERIO_LANES_MB=512 cargo run --release --example uring_lanes -- flags depth
 //! ```
 //!
-//! Sections (all by default, or name them): `flags`, `depth`, `split`, `wake`, `fairness`,
-//! `threads`. Cold means the file's pages are evicted before every timed gather
+//! Sections (all by default, or name them): `flags`, `depth`, `split`, `gap`, `wake`,
+//! `fairness`, `threads`. Cold means the file's pages are evicted before every timed gather
 //! (`posix_fadvise(DONTNEED)`), and every gather's bytes are checked against the fill function
 //! before its time counts.
 
@@ -108,6 +108,9 @@ fn main() -> AnyResult<()> {
         }
         println!();
     }
+    if want("gap") {
+        gap(&path, runs)?;
+    }
     if want("wake") {
         // The cost of waking a sleeping lane: warm single-row gathers, one at a time. Buffered
         // reads of cached pages isolate the round trip (eventfd write, lane wake-up, completion,
@@ -151,6 +154,63 @@ fn main() -> AnyResult<()> {
             lanes.join(", "),
             driver.mode(),
             driver.staging_bytes()
+        );
+    }
+    Ok(())
+}
+
+/// The coalescing gap against the device: cold gathers at several `max_gap` values, interleaved
+/// (run r of every gap on the same fresh rows, then run r+1), and the device's cost per read and
+/// per byte fitted to all of them by least squares (`time = reads x per_read + bytes x
+/// per_byte`). A hole is worth reading while it costs less than another read: below
+/// `per_read / per_byte` bytes.
+fn gap(path: &Path, runs: usize) -> AnyResult<()> {
+    const GAPS: [u64; 5] = [0, 4096, 8192, 16384, 32768];
+    let n = 40_000;
+    for row in [90u64, 4096] {
+        let layout = RowLayout { base: 0, row_size: row, rows: None };
+        let tables = GAPS
+            .iter()
+            .map(|&g| UringEngine::open_rows_blocking(path, layout, UringOptions::default().max_gap(g)))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Per gap: (seconds, reads, bytes read) of every run.
+        let mut samples = vec![Vec::new(); GAPS.len()];
+        for r in 0..runs {
+            let ids = table::ids(r as u64 * 7919 + row, n, tables[0].rows());
+            for (table, samples) in tables.iter().zip(&mut samples) {
+                let before = table.source().stats();
+                eagerio::core::sys::evict(path)?;
+                let t = Instant::now();
+                let got = futures::executor::block_on(table.gather(&ids)?)?;
+                let dt = t.elapsed();
+                table::verify_rows(&got, &ids, row)?;
+                let after = table.source().stats();
+                samples.push((dt.as_secs_f64(), after.reads - before.reads, after.bytes_read - before.bytes_read));
+            }
+        }
+        println!("| {row} B rows, max_gap | median | reads | MiB read |\n|---:|---:|---:|---:|");
+        for (g, s) in GAPS.iter().zip(&samples) {
+            let mut s = s.clone();
+            s.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (secs, reads, bytes) = s[s.len() / 2];
+            let d = Duration::from_secs_f64(secs);
+            println!("| {g} | {:.1} ms ({}) | {reads} | {:.1} |", ms(d), rate(n, d), bytes as f64 / (1 << 20) as f64);
+        }
+        // Least squares without intercept over every run: [rr rb; rb bb] [per_read per_byte] = [rt bt].
+        let (mut rr, mut rb, mut bb, mut rt, mut bt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for &(t, reads, bytes) in samples.iter().flatten() {
+            let (r, b) = (reads as f64, bytes as f64);
+            (rr, rb, bb, rt, bt) = (rr + r * r, rb + r * b, bb + b * b, rt + r * t, bt + b * t);
+        }
+        let det = rr * bb - rb * rb;
+        let per_read = (rt * bb - bt * rb) / det;
+        let per_byte = (rr * bt - rb * rt) / det;
+        println!(
+            "fit: {:.2} us per read + {:.3} ns per byte ({:.0} MB/s): holes below {:.1} KiB are worth reading\n",
+            per_read * 1e6,
+            per_byte * 1e9,
+            1e-6 / per_byte,
+            per_read / per_byte / 1024.0
         );
     }
     Ok(())
