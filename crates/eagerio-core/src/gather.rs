@@ -3,8 +3,10 @@
 //!
 //! # When the I/O starts
 //! [`Source::gather_ranges`] and [`RowTable::gather`] validate the request, plan it and hand the
-//! job to the backend's [`ReadEngine::submit`] *before they return*. The returned
-//! [`GatherFuture`] never starts anything: it only waits for the job to settle.
+//! job to the backend's [`ReadEngine::submit`] *before they return*; a large gather on a backend
+//! that takes jobs from any thread is handed, once validated, to a preparing thread that plans
+//! and submits it at once (below). Either way no poll is needed: the returned [`GatherFuture`]
+//! never starts anything, it only waits for the job to settle.
 //!
 //! # What the call costs the caller's thread
 //! A gather of fewer than [`PREPARE_ELSEWHERE`](crate::prepare::PREPARE_ELSEWHERE) (2,048)
@@ -664,7 +666,8 @@ impl JobClaims {
 
 /// The wait for an eagerly started gather. Resolves to the gathered bytes in request order.
 ///
-/// The reads were submitted when the gather call returned this future; polling only waits.
+/// The reads were submitted by the gather call, or are being submitted by a preparing thread
+/// (a large gather, see [`crate::prepare`]); polling only waits.
 /// Dropping it cancels the remaining reads and leaves the in-flight ones to their owners (see the
 /// module docs); the source stays fully usable.
 ///
@@ -695,18 +698,15 @@ enum Other<T> {
     /// Any future. The mutex is only ever reached through `&mut` (`get_mut`, no locking): it
     /// makes the `GatherFuture` `Sync` whatever the inner future is.
     Future(std::sync::Mutex<Pin<Box<dyn Future<Output = Result<T>> + Send>>>),
-    /// Being prepared on another thread; the job arrives in the slot. With the deadline asked
-    /// for meanwhile ([`GatherFuture::with_deadline`]), armed when the job is taken.
-    Preparing(StdArc<Preparing>, Option<Instant>),
+    /// Being prepared on another thread; the job arrives in the slot.
+    Preparing(StdArc<Preparing>),
 }
 
 /// A gather handed to a preparing thread ([`crate::prepare`]): where that thread leaves the
-/// submitted job, or the error, for the future to take.
+/// submitted job, or the error, for the future to take, and the deadline that applies meanwhile.
 struct Preparing {
     /// When the gather call began.
     started: Instant,
-    /// The source's timeout, as a deadline.
-    timeout_at: Option<Instant>,
     /// For the error of a deadline that passes first.
     requests: u64,
     what: &'static str,
@@ -717,12 +717,19 @@ struct Preparing {
 /// What a [`Preparing`] holds.
 #[derive(Default)]
 struct Prepared {
-    /// The submitted job, with its armed deadline (the source's timeout).
+    /// The submitted job, with its deadline armed.
     job: Option<(Arc<GatherJob>, Armed)>,
     error: Option<Error>,
     waker: Option<Waker>,
-    /// The future is gone (dropped, or resolved by its deadline) before the job arrived.
-    abandoned: bool,
+    /// The gather's deadline: the source's timeout, or the one [`GatherFuture::with_deadline`]
+    /// gave in its place. Armed on the job when it arrives.
+    deadline: Option<Instant>,
+    /// The deadline's registration with the watcher, which wakes the future when it passes.
+    watch: Option<Ticket>,
+    /// How the future ended before taking its job ([`Ending::DROPPED`], or
+    /// [`Ending::TIMED_OUT`] when its deadline resolved it): the job is ended the same way, or
+    /// never built if its preparation had not begun.
+    abandoned: Option<u8>,
 }
 
 /// A deadline and its registration with the watcher thread.
@@ -732,26 +739,59 @@ type Armed = Option<(Instant, Option<Ticket>)>;
 enum Taken {
     Job(Arc<GatherJob>, Armed),
     Failed(Error),
-    Waiting,
+    /// Still being prepared, under this deadline.
+    Waiting(Option<Instant>),
 }
 
 impl Preparing {
+    /// A gather about to be handed to a preparing thread, under `deadline` (the source's
+    /// timeout).
+    fn new(
+        started: Instant,
+        requests: u64,
+        what: &'static str,
+        path: StdArc<Path>,
+        deadline: Option<Instant>,
+    ) -> StdArc<Preparing> {
+        let p = StdArc::new(Preparing { started, requests, what, path, slot: Default::default() });
+        p.watch(&mut p.slot(), deadline);
+        p
+    }
+
     fn slot(&self) -> std::sync::MutexGuard<'_, Prepared> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run by the preparing thread once the job is submitted (or preparing it failed).
-    fn deliver(&self, result: Result<(Arc<GatherJob>, Armed)>) {
+    /// Sets the deadline (replacing the one before) and has the watcher wake the future when it
+    /// passes.
+    fn watch(self: &StdArc<Self>, slot: &mut Prepared, deadline: Option<Instant>) {
+        if let Some(ticket) = slot.watch.take() {
+            crate::deadline::cancel(ticket);
+        }
+        slot.deadline = deadline;
+        let target: std::sync::Weak<Preparing> = StdArc::downgrade(self);
+        slot.watch = deadline.and_then(|at| watch(at, target));
+    }
+
+    /// Run by the preparing thread once the job is submitted (or preparing it failed): arms the
+    /// deadline on the job and wakes the future.
+    fn deliver(&self, result: Result<Arc<GatherJob>>) {
         let mut slot = self.slot();
-        if slot.abandoned {
+        if let Some(ticket) = slot.watch.take() {
+            crate::deadline::cancel(ticket);
+        }
+        if let Some(how) = slot.abandoned {
             drop(slot);
-            if let Ok((job, armed)) = result {
-                drop_job(&job, armed);
+            if let Ok(job) = result {
+                job.end(how);
             }
             return;
         }
         match result {
-            Ok(job) => slot.job = Some(job),
+            Ok(job) => {
+                let armed = slot.deadline.and_then(|at| arm(&job, at));
+                slot.job = Some((job, armed));
+            }
             Err(e) => slot.error = Some(e),
         }
         let waker = slot.waker.take();
@@ -761,8 +801,9 @@ impl Preparing {
         }
     }
 
-    /// Takes the job or the error; if neither has arrived, keeps `waker` for the delivery.
-    fn take(&self, waker: Option<&Waker>) -> Taken {
+    /// Takes the job or the error. If neither has arrived, keeps `waker` for the delivery,
+    /// replaces the deadline with `deadline` if one is given, and returns the deadline.
+    fn take(self: &StdArc<Self>, waker: Option<&Waker>, deadline: Option<Instant>) -> Taken {
         let mut slot = self.slot();
         if let Some((job, armed)) = slot.job.take() {
             return Taken::Job(job, armed);
@@ -773,20 +814,31 @@ impl Preparing {
         if let Some(w) = waker {
             slot.waker = Some(w.clone());
         }
-        Taken::Waiting
+        if deadline.is_some() {
+            self.watch(&mut slot, deadline);
+        }
+        Taken::Waiting(slot.deadline)
     }
 
-    /// The future is gone: a job already delivered is ended as a dropped future's is, and one
-    /// still being prepared will be when it arrives.
-    fn abandon(&self) {
+    /// The future ended (`how`: dropped, or timed out) before taking its job: a job already
+    /// delivered is ended so, and one still being prepared will be when it arrives.
+    fn abandon(&self, how: u8) {
         let job = {
             let mut slot = self.slot();
-            slot.abandoned = true;
+            slot.abandoned = Some(how);
+            if let Some(ticket) = slot.watch.take() {
+                crate::deadline::cancel(ticket);
+            }
             slot.job.take()
         };
         if let Some((job, armed)) = job {
-            drop_job(&job, armed);
+            drop_job(&job, armed, how);
         }
+    }
+
+    /// How the future ended, if it did before taking its job.
+    fn abandoned(&self) -> Option<u8> {
+        self.slot().abandoned
     }
 
     /// The job's statistics if it has arrived, and whether polling would return at once.
@@ -811,12 +863,23 @@ impl Preparing {
     }
 }
 
-/// Ends a job whose future is gone, as dropping its future does.
-fn drop_job(job: &GatherJob, armed: Armed) {
+/// Ends a job whose future is gone (`how`: dropped or timed out), as dropping its future does.
+fn drop_job(job: &GatherJob, armed: Armed, how: u8) {
     if let Some((_, Some(ticket))) = armed {
         crate::deadline::cancel(ticket);
     }
-    job.end(Ending::DROPPED);
+    job.end(how);
+}
+
+impl Expire for Preparing {
+    /// The deadline passed while the gather was being prepared: wakes the future, whose poll
+    /// resolves it with [`Error::TimedOut`].
+    fn expire(&self) {
+        let waker = self.slot().waker.take();
+        if let Some(w) = waker {
+            wake(w);
+        }
+    }
 }
 
 impl<T> fmt::Debug for GatherFuture<T> {
@@ -866,15 +929,19 @@ impl<T> GatherFuture<T> {
     /// [`from_future`](Self::from_future)).
     ///
     /// A gather still being prepared on another thread ([`crate::prepare`]) gets its deadline
-    /// when the preparation ends; until then a deadline that passes resolves the future (at its
-    /// next poll) with [`Error::TimedOut`] counting every request unread.
+    /// armed when the preparation ends; a deadline that passes before that wakes the future,
+    /// which resolves with [`Error::TimedOut`] counting every request unread, and the gather is
+    /// not started (or its job is ended as it arrives).
     pub fn with_deadline(mut self, at: Instant) -> GatherFuture<T> {
-        if let Some(Err(e)) = self.take_prepared(None) {
-            self.other = Other::Ready(Some(Err(e)));
-        }
-        if let Other::Preparing(_, wanted) = &mut self.other {
-            *wanted = Some(at);
-            return self;
+        if let Other::Preparing(p) = &self.other {
+            match p.clone().take(None, Some(at)) {
+                Taken::Job(job, armed) => self.adopt(job, armed),
+                Taken::Failed(e) => {
+                    self.other = Other::Ready(Some(Err(e)));
+                    return self;
+                }
+                Taken::Waiting(_) => return self,
+            }
         }
         let Some(job) = self.job.clone() else { return self };
         if job.settled.load(Ordering::Acquire) {
@@ -889,7 +956,7 @@ impl<T> GatherFuture<T> {
     pub fn with_timeout(self, timeout: Duration) -> GatherFuture<T> {
         let started = match (&self.job, &self.other) {
             (Some(job), _) => job.started,
-            (None, Other::Preparing(p, _)) => p.started,
+            (None, Other::Preparing(p)) => p.started,
             (None, _) => return self,
         };
         self.with_deadline(started + timeout)
@@ -900,7 +967,7 @@ impl<T> GatherFuture<T> {
     pub fn stats(&self) -> GatherStats {
         match (&self.job, &self.other) {
             (Some(j), _) => j.stats(),
-            (None, Other::Preparing(p, _)) => p.peek().0.unwrap_or(self.settled),
+            (None, Other::Preparing(p)) => p.peek().0.unwrap_or(self.settled),
             (None, _) => self.settled,
         }
     }
@@ -911,43 +978,25 @@ impl<T> GatherFuture<T> {
         match (&self.job, &self.other) {
             (Some(j), _) => j.settled.load(Ordering::Acquire),
             (None, Other::Future(_)) => false,
-            (None, Other::Preparing(p, _)) => p.peek().1,
+            (None, Other::Preparing(p)) => p.peek().1,
             (None, _) => true,
         }
     }
 
-    /// For a gather being prepared: takes the job if it has arrived (arming the deadline asked
-    /// for meanwhile) and returns `Some(Ok(()))`, or the error that ended the preparation;
-    /// `None` if it is still being prepared (keeping `waker` for the delivery) or was not
-    /// prepared elsewhere.
-    fn take_prepared(&mut self, waker: Option<&Waker>) -> Option<Result<()>> {
-        let Other::Preparing(p, wanted) = &self.other else { return None };
-        let wanted = *wanted;
-        match p.take(waker) {
-            Taken::Waiting => None,
-            Taken::Failed(e) => {
-                self.other = Other::Ready(None);
-                Some(Err(e))
-            }
-            Taken::Job(job, armed) => {
-                self.other = Other::None;
-                self.deadline = armed;
-                self.job = Some(job.clone());
-                if let Some(at) = wanted {
-                    if !job.settled.load(Ordering::Acquire) {
-                        self.forget_deadline();
-                        self.deadline = arm(&job, at);
-                    }
-                }
-                Some(Ok(()))
-            }
-        }
+    /// Takes the job a preparing thread delivered, with its armed deadline.
+    fn adopt(&mut self, job: Arc<GatherJob>, armed: Armed) {
+        self.other = Other::None;
+        self.deadline = armed;
+        self.job = Some(job);
     }
 }
 
 /// Sets `job`'s deadline and registers it with the watcher (or ends the job now if `at` is
-/// past).
+/// past); nothing for a job already settled.
 fn arm(job: &Arc<GatherJob>, at: Instant) -> Armed {
+    if job.settled.load(Ordering::Acquire) {
+        return None;
+    }
     let after = at.saturating_duration_since(job.started);
     job.deadline_ns.store(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     Some((at, register_deadline(job, at)))
@@ -963,18 +1012,18 @@ impl<T> Future for GatherFuture<T> {
     type Output = Result<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Other::Preparing(p, wanted) = &self.other {
-            let at = match (*wanted, p.timeout_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        if let Other::Preparing(p) = &self.other {
             let p = p.clone();
-            match self.take_prepared(Some(cx.waker())) {
-                Some(Err(e)) => return Poll::Ready(Err(e)),
-                Some(Ok(())) => {}
-                None => {
+            match p.take(Some(cx.waker()), None) {
+                Taken::Job(job, armed) => self.adopt(job, armed),
+                Taken::Failed(e) => {
+                    self.other = Other::Ready(None);
+                    return Poll::Ready(Err(e));
+                }
+                Taken::Waiting(at) => {
+                    // The watcher wakes this future when `at` passes.
                     let Some(at) = at.filter(|&at| Instant::now() >= at) else { return Poll::Pending };
-                    p.abandon();
+                    p.abandon(Ending::TIMED_OUT);
                     self.other = Other::Ready(None);
                     return Poll::Ready(Err(p.timed_out(at)));
                 }
@@ -1034,10 +1083,22 @@ fn register_deadline(job: &Arc<GatherJob>, at: Instant) -> Option<Ticket> {
     #[cfg(not(eagerio_loom))]
     {
         let weak: std::sync::Weak<GatherJob> = Arc::downgrade(job);
-        Some(crate::deadline::register(at, weak))
+        watch(at, weak)
     }
     #[cfg(eagerio_loom)]
     None
+}
+
+/// Has the deadline watcher call `target`'s [`Expire::expire`] at `at` (at once if it is past).
+/// Under loom there is no watcher: models set deadlines that are already past.
+fn watch(at: Instant, target: std::sync::Weak<dyn Expire>) -> Option<Ticket> {
+    #[cfg(not(eagerio_loom))]
+    return Some(crate::deadline::register(at, target));
+    #[cfg(eagerio_loom)]
+    {
+        let _ = (at, target);
+        None
+    }
 }
 
 impl<T> Drop for GatherFuture<T> {
@@ -1046,8 +1107,8 @@ impl<T> Drop for GatherFuture<T> {
         if let Some(job) = &self.job {
             job.end(Ending::DROPPED);
         }
-        if let Other::Preparing(p, _) = &self.other {
-            p.abandon();
+        if let Other::Preparing(p) = &self.other {
+            p.abandon(Ending::DROPPED);
         }
     }
 }
@@ -1091,7 +1152,8 @@ impl<E: ReadEngine> Source<E> {
     }
 
     /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
-    /// copied from a read-only mapping of the file inside the gather call, and only the misses
+    /// copied from a read-only mapping of the file while the gather is started (in the call, or
+    /// on a preparing thread for a large gather), and only the misses
     /// go to the engine (see [`residency`](crate::residency)). Counted in
     /// [`GatherStats::resident`].
     ///
@@ -1183,7 +1245,8 @@ impl<E: ReadEngine> Source<E> {
 
     /// Gathers byte ranges; the future yields one `Bytes` per range, in request order.
     ///
-    /// The reads are submitted before this returns.
+    /// The reads are submitted before this returns, or at once by a preparing thread (see the
+    /// [module docs](self)).
     ///
     /// # Errors
     /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
@@ -1233,13 +1296,15 @@ impl<E: ReadEngine> Source<E> {
             residency: self.residency.clone(),
             stats: self.stats.clone(),
             path: StdArc::from(self.engine.info().path.as_path()),
-            timeout: self.timeout,
+            span: tracing::Span::current(),
             elsewhere: false,
         };
+        let deadline = self.timeout.map(|t| started + t);
         let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
         let Some(remote) = remote else {
             // The job records its submit time as the call's when it settles.
-            let (job, deadline) = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
+            let job = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
+            let deadline = deadline.and_then(|at| arm(&job, at));
             return Ok(GatherFuture {
                 job: Some(job),
                 settled: GatherStats::default(),
@@ -1250,16 +1315,15 @@ impl<E: ReadEngine> Source<E> {
         };
         Plan::check(&requests, &start.opts)?;
         let start = Start { elsewhere: true, ..start };
-        let preparing = StdArc::new(Preparing {
-            started,
-            timeout_at: start.timeout.map(|t| started + t),
-            requests: requests.len() as u64,
-            what: targets.what(),
-            path: start.path.clone(),
-            slot: Default::default(),
-        });
+        let preparing = Preparing::new(started, requests.len() as u64, targets.what(), start.path.clone(), deadline);
         let slot = preparing.clone();
         crate::prepare::run(Box::new(move || {
+            if let Some(how) = slot.abandoned() {
+                // The future is gone already: nothing to plan or read.
+                let stats = GatherStats { requested: requests.len() as u64, ..GatherStats::default() };
+                start.stats.record(&stats, how == Ending::TIMED_OUT);
+                return;
+            }
             let path = start.path.clone();
             let run = std::panic::AssertUnwindSafe(|| start.run(requests, targets, out, started, |h| remote(h)));
             let result = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
@@ -1278,7 +1342,7 @@ impl<E: ReadEngine> Source<E> {
             job: None,
             settled: GatherStats::default(),
             finish,
-            other: Other::Preparing(preparing, None),
+            other: Other::Preparing(preparing),
             deadline: None,
         })
     }
@@ -1291,14 +1355,15 @@ struct Start {
     residency: Option<StdArc<Residency>>,
     stats: StdArc<SourceStats>,
     path: StdArc<Path>,
-    timeout: Option<Duration>,
+    /// The caller's span, the parent of the gather's (also on a preparing thread).
+    span: tracing::Span,
     /// On a preparing thread, not in the call.
     elsewhere: bool,
 }
 
 impl Start {
     /// Plans the gather, copies its page-cache-resident pieces (adaptive mode), builds the job,
-    /// hands it to `submit` unless the cache served it all, and arms the source's timeout.
+    /// and hands it to `submit` unless the cache served it all.
     fn run(
         self,
         requests: Vec<(u64, u64)>,
@@ -1306,7 +1371,7 @@ impl Start {
         mut out: BytesMut,
         started: Instant,
         submit: impl FnOnce(JobHandle),
-    ) -> Result<(Arc<GatherJob>, Armed)> {
+    ) -> Result<Arc<GatherJob>> {
         let plan = Plan::new(&requests, &self.opts)?;
         out.clear();
         out.reserve(plan.out_len() as usize);
@@ -1319,7 +1384,7 @@ impl Start {
         let out_ptr = OutPtr(out.as_mut_ptr());
         let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
-        let span = tracing::debug_span!("gather", path = %self.path.display(), rows = requests.len(),
+        let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
         let claimed_at = (0..plan.extents().len()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
         let job = Arc::new(GatherJob {
@@ -1364,8 +1429,7 @@ impl Start {
         });
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
-        let armed = self.timeout.and_then(|t| arm(&job, started + t));
-        Ok((job, armed))
+        Ok(job)
     }
 
     /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left
@@ -1473,8 +1537,8 @@ impl<E: ReadEngine> RowTable<E> {
     /// Gathers `rows` (any order, duplicates allowed); the future yields one `Bytes` holding the
     /// rows back to back in request order.
     ///
-    /// The reads are submitted before this returns; see the [module docs](self) for what
-    /// dropping the future does.
+    /// The reads are submitted before this returns, or at once by a preparing thread; see the
+    /// [module docs](self) for what that costs the caller and what dropping the future does.
     ///
     /// # Errors
     /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end and the row

@@ -8,8 +8,10 @@
 //! and without waiting for a poll.
 //!
 //! The threads (`eagerio-prepare-N`, one per core up to four) start with the first such gather
-//! and live as long as the process. They never block on I/O: the reads they submit run on the
-//! backend. Work that panics is reported to its gather as [`Error::Panicked`](crate::Error)
+//! and live as long as the process. The reads they submit run on the backend; the only I/O they
+//! wait for is a major fault while copying a resident row that was evicted after its check (one
+//! synchronous page read, counted in `GatherStats::resident_faults`). A gather whose future is
+//! gone before its turn comes is not started at all. Work that panics is reported to its gather as [`Error::Panicked`](crate::Error)
 //! and the thread goes on. Where no thread can be started, the work runs in the call, as for a
 //! small gather.
 

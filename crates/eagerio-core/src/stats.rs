@@ -29,7 +29,8 @@ pub struct GatherStats {
     /// large gather prepared off the caller's thread ([`crate::prepare`]), mostly on a
     /// preparing thread.
     pub submit: Duration,
-    /// Time from the call's return until the last read settled (zero while running).
+    /// Time from the hand-off (the end of [`submit`](Self::submit)) until the last read settled
+    /// (zero while running).
     pub wait: Duration,
 }
 

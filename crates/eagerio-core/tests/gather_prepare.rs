@@ -191,6 +191,8 @@ fn prepare_dropped_future_ends_its_job() {
     engine.set_mode(Mode::Keep);
     engine.set_gate(false);
     let fut = table.gather(&ids(PREPARE_ELSEWHERE)).unwrap();
+    // The preparing thread is in the engine's submit, held there.
+    eventually(|| !engine.seen().is_empty());
     drop(fut);
     engine.set_gate(true);
     let job = engine.kept(1).pop().expect("the job was submitted");
@@ -209,12 +211,15 @@ fn prepare_dropped_future_ends_its_job() {
 #[test]
 fn prepare_deadline_passed_while_preparing_times_out() {
     let (engine, table) = table();
-    // The earlier of the two deadlines counts.
     let table = table.with_timeout(Duration::from_secs(3600));
     engine.set_mode(Mode::Keep);
     engine.set_gate(false);
     let n = PREPARE_ELSEWHERE;
-    let mut fut = table.gather(&ids(n)).unwrap().with_deadline(Instant::now());
+    let fut = table.gather(&ids(n)).unwrap();
+    // The preparing thread is in the engine's submit, held there.
+    eventually(|| !engine.seen().is_empty());
+    // The gather's own deadline replaces the source's timeout.
+    let mut fut = fut.with_deadline(Instant::now());
     let Poll::Ready(Err(err)) = poll_once(&mut fut) else { panic!("the deadline has passed") };
     assert!(
         matches!(err, Error::TimedOut { unread, requested, what: "rows", .. } if unread == n as u64 && requested == n as u64),
@@ -307,6 +312,74 @@ fn prepare_long_timeout_lets_the_gather_finish() {
         job.complete(i, bytes, Ok(bytes.len()));
     }
     drop(job);
+    let got = futures::executor::block_on(fut).unwrap();
+    assert_eq!(&got[..], &expected(&big)[..]);
+}
+
+/// A deadline that passes while the gather is being prepared wakes the future at once (the
+/// engine holds the preparing thread here), and the gather counts as failed in the totals.
+#[test]
+fn prepare_deadline_wakes_the_future_while_preparing() {
+    let (engine, table) = table();
+    engine.set_mode(Mode::Keep);
+    engine.set_gate(false);
+    let fut = table.gather(&ids(PREPARE_ELSEWHERE)).unwrap().with_timeout(Duration::from_millis(50));
+    eventually(|| !engine.seen().is_empty());
+    // Opens the gate after 5 s if the future is not woken by then.
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let opener = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let _ = wait.recv_timeout(Duration::from_secs(5));
+            engine.set_gate(true);
+        })
+    };
+    let t = Instant::now();
+    let err = futures::executor::block_on(fut).unwrap_err();
+    let took = t.elapsed();
+    drop(done);
+    opener.join().unwrap();
+    assert!(matches!(err, Error::TimedOut { .. }), "{err:?}");
+    assert!(took < Duration::from_secs(4), "woken by the deadline, not by the job's arrival: {took:?}");
+    // The job arrives ended; once the engine lets go of it, it is counted.
+    engine.kept(1);
+    engine.0.kept.lock().unwrap().clear();
+    eventually(|| table.stats().gathers == 1);
+    assert_eq!(table.stats().failed, 1, "a gather that timed out while preparing failed");
+}
+
+/// A gather whose future is gone before a preparing thread takes it up is never started: no job
+/// reaches the engine, and the totals count it (dropped, so not failed).
+#[test]
+fn prepare_gather_dropped_before_its_turn_is_not_started() {
+    let (engine, table) = table();
+    engine.set_gate(false);
+    // Four gathers ahead of it hold every preparing thread (there are at most four) in the
+    // engine's submit, so the fifth waits in the queue until the gate opens.
+    let held: Vec<_> = (0..4).map(|_| table.gather(&ids(PREPARE_ELSEWHERE)).unwrap()).collect();
+    drop(table.gather(&ids(PREPARE_ELSEWHERE)).unwrap());
+    engine.set_gate(true);
+    for fut in held {
+        futures::executor::block_on(fut).unwrap();
+    }
+    eventually(|| table.stats().gathers == 5);
+    let totals = table.stats();
+    assert_eq!((totals.gathers, totals.failed), (5, 0));
+    assert_eq!(totals.requested, 5 * PREPARE_ELSEWHERE as u64);
+    assert_eq!(engine.seen().len(), 4, "the dropped gather never reached the engine");
+}
+
+/// A gather's own deadline replaces the source's timeout while it is prepared, as after: here
+/// the source's 20 ms pass during the preparation and the gather still returns its rows.
+#[test]
+fn prepare_own_deadline_replaces_the_source_timeout() {
+    let (engine, table) = table();
+    let table = table.with_timeout(Duration::from_millis(20));
+    engine.set_gate(false);
+    let big = ids(PREPARE_ELSEWHERE);
+    let fut = table.gather(&big).unwrap().with_deadline(Instant::now() + Duration::from_secs(3600));
+    std::thread::sleep(Duration::from_millis(100));
+    engine.set_gate(true);
     let got = futures::executor::block_on(fut).unwrap();
     assert_eq!(&got[..], &expected(&big)[..]);
 }
