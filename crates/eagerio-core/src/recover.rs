@@ -143,17 +143,14 @@ mod imp {
     /// instructions (its pointers move only after its stores), and under valgrind a fault is
     /// reported at the start of the loop's block, not at the load.
     fn resume_at(rip: usize) -> Option<usize> {
-        let at = |s: &u8| std::ptr::addr_of!(*s) as usize;
-        // SAFETY: only the symbols' addresses are taken; nothing is read.
-        let (entry, mid, narrow, done, fixup) = unsafe {
-            (
-                eagerio_core_recover_copy as *const () as usize,
-                at(&eagerio_core_recover_copy_mid),
-                at(&eagerio_core_recover_copy_narrow),
-                at(&eagerio_core_recover_copy_done),
-                at(&eagerio_core_recover_copy_fixup),
-            )
-        };
+        // Only the symbols' addresses (raw pointers, no reference: nothing is read).
+        let (entry, mid, narrow, done, fixup) = (
+            eagerio_core_recover_copy as *const () as usize,
+            std::ptr::addr_of!(eagerio_core_recover_copy_mid) as usize,
+            std::ptr::addr_of!(eagerio_core_recover_copy_narrow) as usize,
+            std::ptr::addr_of!(eagerio_core_recover_copy_done) as usize,
+            std::ptr::addr_of!(eagerio_core_recover_copy_fixup) as usize,
+        );
         [(entry, mid, mid), (mid, narrow, narrow), (narrow, done, fixup)]
             .into_iter()
             .find(|&(from, to, _)| (from..to).contains(&rip))

@@ -237,8 +237,9 @@ pub fn huge_pages(ptr: *mut u8, len: usize) {
     let start = (ptr as usize).next_multiple_of(HUGE);
     let end = (ptr as usize).saturating_add(len) & !(HUGE - 1);
     if end > start {
-        // SAFETY: advice over whole pages inside the caller's allocation; MADV_HUGEPAGE changes
-        // neither the contents nor the protection.
+        // SAFETY: MADV_HUGEPAGE is advice over whole pages: it changes neither the contents nor
+        // the protection of any range, mapped or not (an unmapped one is an ENOMEM, ignored),
+        // so no argument can make it unsound.
         unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
     }
 }
