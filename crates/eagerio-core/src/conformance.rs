@@ -59,7 +59,7 @@ macro_rules! conformance_suite {
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
             sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
-            adaptive_eviction_races_the_copy);
+            adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy);
     };
     (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
         $(
@@ -623,6 +623,51 @@ pub async fn adaptive_resident_and_missing_rows<B: Backend>(b: &B) {
     let low = ids.iter().filter(|&&r| r < rows / 2).count() as u64;
     assert!(resident <= low && resident + 20 >= low, "{resident} resident of {low} rows in the warm half");
     assert!(after.reads > 0, "the evicted half is read: {after:?}");
+    wait_full(b, table.source()).await;
+}
+
+/// Adaptive mode: rows whose pages the source maps since an earlier copy (a warm table's
+/// repeated rows) are copied in request order without a plan: duplicates and any order, ranges
+/// too, settled before the call returns. A file cut since is planned again, and a row past the
+/// cut fails with a short read naming it.
+pub async fn adaptive_mapped_rows_skip_the_plan<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (rows, rs) = (4096u64, 90u64);
+    let (_d, path, file) = random_file((rows * rs) as usize, &mut rng);
+    std::fs::read(&path).expect("warm the table");
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: rs, rows: None }).unwrap();
+    if !b.adaptive() {
+        return;
+    }
+    let mut ids: Vec<u64> = (0..300).map(|_| rng.gen_range(0..rows)).collect();
+    ids.extend_from_within(..50);
+    let got = table.gather(&ids).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, rs as usize, &ids)[..]);
+
+    let fut = table.gather(&ids).unwrap();
+    let s = fut.stats();
+    assert!(fut.is_settled(), "served in the call: {s:?}");
+    assert_eq!((s.reads_planned, s.resident, s.requested), (0, 350, 350), "{s:?}");
+    assert_eq!(&fut.await.unwrap()[..], &reference_rows(&file, rs as usize, &ids)[..]);
+    let ranges: Vec<std::ops::Range<u64>> = ids.iter().rev().map(|&id| id * rs + 7..id * rs + 61).collect();
+    let fut = table.source().gather_ranges(&ranges).unwrap();
+    assert_eq!(fut.stats().reads_planned, 0, "{:?}", fut.stats());
+    for (r, b) in ranges.iter().zip(fut.await.unwrap()) {
+        assert_eq!(&b[..], &file[r.start as usize..r.end as usize]);
+    }
+
+    let cut = rows / 2 * rs + 40;
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(cut).unwrap();
+    assert!(ids.iter().any(|&id| (id + 1) * rs > cut), "a row past the cut");
+    let kept: Vec<u64> = ids.iter().copied().filter(|&id| (id + 1) * rs <= cut).collect();
+    let got = table.gather(&kept).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, rs as usize, &kept)[..]);
+    match table.gather(&ids).unwrap().await {
+        Err(Error::ShortRead { target: Target::Row(row), .. }) => {
+            assert!(ids.contains(&row) && (row + 1) * rs > cut, "the short read names row {row}, not one cut");
+        }
+        other => panic!("a row past the cut: {:?}", other.map(|b| b.len())),
+    }
     wait_full(b, table.source()).await;
 }
 

@@ -354,7 +354,9 @@ impl GatherJob {
             let out = unsafe { &mut *out };
             // SAFETY: every extent reached DONE exactly once, each through a copy of all its
             // pieces, and the pieces of a plan cover `0..out_len` exactly (planner invariant,
-            // property-tested), so the first `len` bytes are initialised; `reserve(len)` at
+            // property-tested), so the first `len` bytes are initialised. A plan without extents
+            // but with output is `Plan::copied`: `copy_in_order` wrote every request whole,
+            // back to back, over `0..out_len` before the job was made. `reserve(len)` at
             // creation made the capacity.
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
@@ -1372,17 +1374,19 @@ impl Start {
         started: Instant,
         submit: impl FnOnce(JobHandle),
     ) -> Result<Arc<GatherJob>> {
-        let plan = Plan::new(&requests, &self.opts)?;
-        out.clear();
-        out.reserve(plan.out_len() as usize);
-        if !self.elsewhere {
-            // Not on a preparing thread: there the huge pages a caller's thread freed sit in that
-            // CPU's free lists, and faulting fresh ones in made warm 4 KiB gathers 1.3-4x slower
-            // (the kernel compacts memory to find them), where 4 KiB pages cost nothing extra.
-            crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
-        }
+        let (plan, order, done, resident, faults) = match self.copy_mapped(&requests, &mut out)? {
+            Some((plan, faults)) => {
+                let rows = plan.requests() as u64;
+                (plan, None, 0, rows, faults)
+            }
+            None => {
+                let plan = Plan::new(&requests, &self.opts)?;
+                self.reserve(&mut out, plan.out_len());
+                let (order, done, resident, faults) = self.serve_resident(&plan, out.as_mut_ptr());
+                (plan, order, done, resident, faults)
+            }
+        };
         let out_ptr = OutPtr(out.as_mut_ptr());
-        let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
         let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
@@ -1430,6 +1434,35 @@ impl Start {
         job.submit_ns.store(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         drop(handle);
         Ok(job)
+    }
+
+    /// Makes `out` empty with room for `len` bytes.
+    fn reserve(&self, out: &mut BytesMut, len: u64) {
+        out.clear();
+        out.reserve(len as usize);
+        if !self.elsewhere {
+            // Not on a preparing thread: there the huge pages a caller's thread freed sit in that
+            // CPU's free lists, and faulting fresh ones in made warm 4 KiB gathers 1.3-4x slower
+            // (the kernel compacts memory to find them), where 4 KiB pages cost nothing extra.
+            crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
+        }
+    }
+
+    /// Adaptive mode, before planning: when every requested byte lies on a page the source's
+    /// mapping already maps (a warm table's repeated rows), copies the requests to `out` in
+    /// request order, as a loop over an mmap would, and returns the plan left (nothing to read)
+    /// and the faults taken. `None` sends the gather to the planner: a page not mapped, a
+    /// request the planner rejects (it names the error), or a file cut during the copy.
+    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, u64)>> {
+        let Some(r) = &self.residency else { return Ok(None) };
+        self.opts.validate()?;
+        let Some(len) = r.mapped_len(requests) else { return Ok(None) };
+        self.reserve(out, len);
+        // SAFETY: `out` has room for the requests' total length, reserved above, and no party
+        // exists yet, so nothing else touches it; `mapped_len` checked that every request ends
+        // within the file, which lies within the mapping.
+        let faults = unsafe { r.copy_in_order(requests, out.as_mut_ptr()) };
+        Ok(faults.map(|faults| (Plan::copied(requests.len(), len), faults)))
     }
 
     /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left

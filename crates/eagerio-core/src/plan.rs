@@ -306,6 +306,15 @@ impl Plan {
         Ok(Plan { extents, pieces, out_len, unique, requests: requests.len(), useful_bytes: useful })
     }
 
+    /// The plan of a gather whose `requests` requests (`out_len` bytes in all) were copied into
+    /// the output in request order before planning (see
+    /// [`Residency::copy_in_order`](crate::residency::Residency::copy_in_order)): nothing is left
+    /// to read, and nothing was deduplicated, so every request counts as distinct and every
+    /// byte as useful.
+    pub(crate) fn copied(requests: usize, out_len: u64) -> Plan {
+        Plan { out_len, unique: requests, requests, useful_bytes: out_len, ..Plan::default() }
+    }
+
     /// The reads, in file order.
     pub fn extents(&self) -> &[Extent] {
         &self.extents

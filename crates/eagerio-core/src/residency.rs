@@ -4,16 +4,20 @@
 //!
 //! # How
 //! At open, the file is mapped read-only (`MAP_SHARED`, default advice: a `MADV_RANDOM` mapping
-//! loses the kernel's fault-around and made warm copies slower). In each gather call, before the
-//! engine sees the job:
+//! loses the kernel's fault-around and made warm copies slower). A bitmap remembers which pages
+//! this mapping maps because a copy read them. When every page a gather asks for is in it (a
+//! warm table's rows asked for again), the gather needs no plan: its requests are copied in
+//! request order, as a loop over an mmap would ([`Residency::copy_in_order`]), and it settles
+//! when the copy ends (in the call, or on a preparing thread for a large gather), with no read
+//! planned. Checking costs one bitmap lookup per page, and stops at the first page not mapped. Sorting 40,000 requests costs more than copying them when
+//! every one is resident. Otherwise the gather is planned, and before the engine sees the job:
 //! 0. A cold table skips everything below: the first pages of up to 16 extents spread over the
 //!    plan are probed with `mincore` (a warm table answers at the first), and when none is
 //!    cached, one `cachestat(2)` (Linux 6.5) says whether any page of the file is.
-//! 1. Extents whose pages this mapping already maps (an earlier copy read them; a bitmap
-//!    remembers which) are resident without a check: eviction skips mapped pages. For the
-//!    others, `mincore` reports which pages are resident. Extents close together share one call
-//!    (a window of up to [`WINDOW_PAGES`] pages), so a 40,000-row gather costs a few hundred
-//!    calls, not one per row. An extent counts as resident when its pieces' pages are: the hole
+//! 1. Extents whose pages this mapping already maps (the bitmap says so) are resident without
+//!    a check: eviction skips mapped pages. For the others, `mincore` reports which pages are
+//!    resident. Extents close together share one call (a window of up to [`WINDOW_PAGES`]
+//!    pages), so a 40,000-row gather costs a few hundred calls, not one per row. An extent counts as resident when its pieces' pages are: the hole
 //!    a coalesced read joins across is never copied, so its pages do not matter.
 //! 2. Right after each window's check, while its page tables are still in the CPU's caches,
 //!    the pieces of its resident extents are copied into the output with a plain memory copy
@@ -77,6 +81,8 @@ pub const WINDOW_PAGES: u64 = 1024;
 const MEMO_MAX_PAGES: u64 = 16 << 20;
 /// How many extents ahead of the copy [`Residency::prefetch`] runs.
 const AHEAD: usize = 8;
+/// How many requests ahead of [`Residency::copy_in_order`] its prefetch runs.
+const AHEAD_ROWS: usize = 16;
 /// Extents whose first page is probed before a gather asks `cachestat` whether the file is cold.
 const SAMPLES: usize = 16;
 /// Pages between two extents still checked in one window (the bytes between cost a page-table
@@ -174,9 +180,73 @@ impl Residency {
         if self.mapped.is_empty() || e.offset + u64::from(e.needed) > file_len {
             return false;
         }
-        plan.pieces(k).iter().all(|p| {
-            piece_pages(e, p, self.page).all(|pg| self.mapped[(pg / 64) as usize].load(Relaxed) & (1 << (pg % 64)) != 0)
-        })
+        plan.pieces(k).iter().all(|p| piece_pages(e, p, self.page).all(|pg| self.page_mapped(pg)))
+    }
+
+    /// Whether page `pg` is in the bitmap of mapped pages (which must not be empty).
+    fn page_mapped(&self, pg: u64) -> bool {
+        self.mapped[(pg / 64) as usize].load(Relaxed) & (1 << (pg % 64)) != 0
+    }
+
+    /// The output length of `requests` when every byte they ask for lies on a page this mapping
+    /// maps since a copy read it, within the file's current length: then
+    /// [`copy_in_order`](Self::copy_in_order) can serve the gather without a plan. `None`
+    /// otherwise, and for any request the planner would reject (it reports the error). One
+    /// bitmap lookup per page of each request, stopping at the first page not mapped, so a
+    /// cold table pays about one lookup.
+    pub fn mapped_len(&self, requests: &[(u64, u64)]) -> Option<u64> {
+        if self.mapped.is_empty() || u32::try_from(requests.len()).is_err() {
+            return None;
+        }
+        let file_len = self.current_len();
+        let mut total = 0u64;
+        for &(off, len) in requests {
+            let end = off.checked_add(len).filter(|&end| len > 0 && end <= file_len)?;
+            if !(off / self.page..=(end - 1) / self.page).all(|pg| self.page_mapped(pg)) {
+                return None;
+            }
+            total = total.checked_add(len).filter(|&t| t <= isize::MAX as u64)?;
+        }
+        Some(total)
+    }
+
+    /// Copies every request's bytes from the mapping to `out`, in request order (request `i`
+    /// right after request `i - 1`), as a loop over an mmap does: no plan, no sort. Meant for
+    /// requests [`mapped_len`](Self::mapped_len) accepted. Returns the major faults taken
+    /// (pages reclaimed since a copy mapped them, read back in), or `None` when a copy stopped
+    /// short because the file was cut: `out` then holds a partial copy, and the gather must be
+    /// planned (every byte of `out` is written again). Either a fault or a cut clears the
+    /// bitmap, so the next gathers check every page again.
+    ///
+    /// # Safety
+    /// `out` must point at the requests' total length in writable bytes that nothing else
+    /// accesses during the call, and every request must end within this mapping (as
+    /// [`mapped_len`](Self::mapped_len) checks).
+    pub unsafe fn copy_in_order(&self, requests: &[(u64, u64)], out: *mut u8) -> Option<u64> {
+        if !recover::install() {
+            return None;
+        }
+        let faults_before = major_faults();
+        let mut at = 0usize;
+        for (i, &(off, len)) in requests.iter().enumerate() {
+            if let Some(&(ahead, _)) = requests.get(i + AHEAD_ROWS) {
+                self.prefetch_at(self.base as usize + ahead as usize);
+            }
+            // SAFETY: `at + len` is within the requests' total length, inside the caller's
+            // exclusive `out`; the source lies inside our mapping (the caller's contract), which
+            // lives as long as `self`; a page the file lost since is the fault `copy` survives.
+            let whole = unsafe { recover::copy(out.add(at), self.base.cast::<u8>().add(off as usize), len as usize) };
+            if !whole {
+                self.forget();
+                return None;
+            }
+            at += len as usize;
+        }
+        let faults = major_faults().saturating_sub(faults_before);
+        if faults > 0 {
+            self.forget();
+        }
+        Some(faults)
     }
 
     /// Records extent `k`'s pieces' pages as mapped: a copy just read them through the mapping.
@@ -395,21 +465,24 @@ impl Residency {
     /// `AHEAD` extents later finds them in cache: random rows miss the cache and the TLB, and
     /// the copy instruction waits for each miss alone. A prefetch never faults.
     fn prefetch(&self, plan: &Plan, i: usize, out: *mut u8) {
+        let e = plan.extents()[i];
+        for p in plan.pieces(i) {
+            self.prefetch_at(self.base as usize + (e.offset + u64::from(p.extent_offset)) as usize);
+            self.prefetch_at(out as usize + p.out_offset as usize);
+        }
+    }
+
+    /// Asks the CPU to start loading the cache line at `addr` (x86_64; nothing elsewhere).
+    fn prefetch_at(&self, addr: usize) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let e = plan.extents()[i];
-            for p in plan.pieces(i) {
-                let src = self.base as usize + (e.offset + u64::from(p.extent_offset)) as usize;
-                let dst = out as usize + p.out_offset as usize;
-                // SAFETY: a prefetch is a hint: it reads nothing the program sees and never
-                // faults, whatever the address.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(src as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(dst as *const i8);
-                }
-            }
+            // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
+            // whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
     }
 
     /// Copies extent `i`'s pieces with [`recover::copy`]; if one stops short (the file shrank
@@ -713,6 +786,41 @@ mod tests {
         assert!(r.is_mapped(&plan, 0, 4 * 4096));
         r.unmap_pages();
         assert!(!r.is_mapped(&plan, 0, 4 * 4096), "unmapping forgets every page");
+    }
+
+    /// Requests on mapped pages are copied in request order without a plan; a page not mapped,
+    /// a request past the file's end or an empty one sends the gather to the planner; a file
+    /// cut during the copy stops it and forgets every page.
+    #[test]
+    fn residency_mapped_requests_are_copied_in_request_order() {
+        let Some((f, file)) = partly_cached(4, &[0, 2]) else { return };
+        assert!(recover::install());
+        let r = Residency::map(&file, 4 * 4096).unwrap();
+        let requests = [(2 * 4096 + 5, 10), (10, 90), (10, 90), (4050, 96)];
+        assert_eq!(r.mapped_len(&requests), None, "nothing is mapped before a copy");
+        let plan = Plan::new(&requests, &PlanOptions { max_gap: 0, align: 1, max_read: 65536 }).unwrap();
+        let mut out = vec![0u8; plan.out_len() as usize];
+        // SAFETY: `out` holds the plan's output and nothing else touches it.
+        let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert_eq!(served.rows, 3, "the row across pages 0 and 1 is a miss: {served:?}");
+        assert_eq!(r.mapped_len(&requests), None, "page 1 is not mapped");
+
+        let requests = &requests[..3];
+        assert_eq!(r.mapped_len(requests), Some(190));
+        let mut out = vec![0u8; 190];
+        // SAFETY: `out` has the requests' 190 bytes; they lie within the mapping.
+        assert_eq!(unsafe { r.copy_in_order(requests, out.as_mut_ptr()) }, Some(0));
+        assert_eq!(&out[..10], &[3u8; 10][..]);
+        assert_eq!(&out[10..], &[1u8; 180][..]);
+        assert_eq!(r.mapped_len(&[(10, 0)]), None, "an empty request is the planner's to refuse");
+        assert_eq!(r.mapped_len(&[(2 * 4096 + 4090, 10)]), None, "page 3 is not mapped");
+
+        f.as_file().set_len(2 * 4096).unwrap();
+        assert_eq!(r.mapped_len(requests), None, "the file ends before the third page now");
+        out.fill(0);
+        // SAFETY: as above; the first request's page is gone, the fault `copy` survives.
+        assert_eq!(unsafe { r.copy_in_order(requests, out.as_mut_ptr()) }, None);
+        assert_eq!(r.mapped_len(&requests[1..]), None, "a cut copy forgets every page");
     }
 
     /// A cached 4-page file of `byte`s, mapped, and a two-row plan (pages 0 and 3) found resident
