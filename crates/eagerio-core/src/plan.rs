@@ -104,28 +104,35 @@ struct Req {
     idx: u32,
 }
 
-/// Sorts requests by `(offset, len)`, ties in request order. An LSD radix sort on the offset's
-/// significant bits (11 bits a pass; a 2 GiB table takes 3 passes), then the rare runs of equal
-/// offsets with different lengths are sorted by length so duplicates are neighbours.
+/// Sorts requests by `(offset, len)`, ties in request order. An LSD radix sort (11 bits a pass)
+/// on the offset without its low bits (up to 9: a 512-byte block), so a 2 GiB table takes 2
+/// passes, not 3; then the runs of requests in one block, short for scattered rows, are sorted
+/// exactly (a stable sort, so ties keep request order).
 fn sort_requests(reqs: &mut Vec<Req>) {
     const BITS: u32 = 11;
     const BUCKETS: usize = 1 << BITS;
+    const MAX_SKIP: u32 = 9;
     if reqs.len() < 256 {
         reqs.sort_by_key(|r| (r.off, r.len));
         return;
     }
     let max = reqs.iter().map(|r| r.off).max().unwrap_or(0);
-    let passes = (u64::BITS - max.leading_zeros()).div_ceil(BITS);
-    let mut tmp = reqs.clone();
-    for pass in 0..passes {
-        let shift = pass * BITS;
-        let digit = |r: &Req| ((r.off >> shift) as usize) & (BUCKETS - 1);
-        let mut counts = vec![0usize; BUCKETS];
-        for r in reqs.iter() {
-            counts[digit(r)] += 1;
+    let bits = u64::BITS - max.leading_zeros();
+    let passes = bits.saturating_sub(MAX_SKIP).div_ceil(BITS);
+    let skip = bits.saturating_sub(passes * BITS);
+    let digit = |r: &Req, pass: u32| ((r.off >> (skip + pass * BITS)) as usize) & (BUCKETS - 1);
+    // Every pass's counts in one read of the requests.
+    let mut counts = vec![[0usize; BUCKETS]; passes as usize];
+    for r in reqs.iter() {
+        for (pass, c) in counts.iter_mut().enumerate() {
+            c[digit(r, pass as u32)] += 1;
         }
+    }
+    let mut tmp = reqs.clone();
+    for (pass, counts) in counts.iter_mut().enumerate() {
+        let digit = |r: &Req| digit(r, pass as u32);
         let mut at = 0;
-        for c in &mut counts {
+        for c in counts.iter_mut() {
             let n = *c;
             *c = at;
             at += n;
@@ -139,14 +146,15 @@ fn sort_requests(reqs: &mut Vec<Req>) {
     }
     let mut i = 0;
     while i < reqs.len() {
+        let block = reqs[i].off >> skip;
         let mut j = i + 1;
-        let mut mixed = false;
-        while j < reqs.len() && reqs[j].off == reqs[i].off {
-            mixed |= reqs[j].len != reqs[i].len;
+        let mut sorted = true;
+        while j < reqs.len() && reqs[j].off >> skip == block {
+            sorted &= (reqs[j - 1].off, reqs[j - 1].len) <= (reqs[j].off, reqs[j].len);
             j += 1;
         }
-        if mixed {
-            reqs[i..j].sort_by_key(|r| r.len);
+        if !sorted {
+            reqs[i..j].sort_by_key(|r| (r.off, r.len));
         }
         i = j;
     }
@@ -225,9 +233,18 @@ impl Plan {
         let down = |x: u64| x & !mask;
         let up = |x: u64| (x + mask) & !mask;
 
-        // Phase 1: the covered intervals, joining neighbours within the gap bound, then split
-        // into aligned reads of at most `max_read`.
-        let mut spans: Vec<(u64, u64)> = Vec::new();
+        // Phase 1: the covered intervals, joining neighbours within the gap bound, each split
+        // into aligned reads of at most `max_read` as it closes.
+        let mut extents: Vec<Extent> = Vec::new();
+        let split = |extents: &mut Vec<Extent>, (s, e): (u64, u64)| {
+            let mut at = s;
+            while at < e {
+                let len = (e - at).min(opts.max_read);
+                extents.push(Extent { offset: at, len: len as u32, needed: 0, first_piece: 0, end_piece: 0 });
+                at += len;
+            }
+        };
+        let mut span: Option<(u64, u64)> = None;
         let mut unique = 0usize;
         let mut useful = 0u64;
         let mut covered = 0u64; // end of the bytes the sorted requests so far cover
@@ -241,26 +258,26 @@ impl Plan {
                 covered = covered.max(end);
                 prev = Some((r.off, r.len));
             }
-            match spans.last_mut() {
+            match &mut span {
                 Some((_, e)) if down(r.off) <= e.saturating_add(opts.max_gap) => *e = (*e).max(up(end)),
-                _ => spans.push((down(r.off), up(end))),
+                _ => {
+                    if let Some(done) = span.replace((down(r.off), up(end))) {
+                        split(&mut extents, done);
+                    }
+                }
             }
         }
-        let mut extents: Vec<Extent> = Vec::with_capacity(spans.len());
-        for (s, e) in spans {
-            let mut at = s;
-            while at < e {
-                let len = (e - at).min(opts.max_read);
-                extents.push(Extent { offset: at, len: len as u32, needed: 0, first_piece: 0, end_piece: 0 });
-                at += len;
-            }
+        if let Some(done) = span {
+            split(&mut extents, done);
         }
 
         // Phase 2: cut every request into pieces at extent boundaries, in offset order. The first
         // extent a request touches only moves forward, so a cursor finds it. Pieces come out
         // grouped by extent unless a request spans an extent that a later one starts in; only
-        // then are they bucketed (a stable counting sort keeps offset order within an extent).
-        let mut tagged: Vec<(u32, Piece)> = Vec::with_capacity(requests.len());
+        // then are they bucketed (a stable counting sort keeps offset order within an extent),
+        // by the extent each piece was cut for (`piece_extent`).
+        let mut pieces: Vec<Piece> = Vec::with_capacity(requests.len());
+        let mut piece_extent: Vec<u32> = Vec::with_capacity(requests.len());
         let mut grouped = true;
         let mut cursor = 0usize;
         for r in &sorted {
@@ -276,8 +293,9 @@ impl Plan {
                     Piece { extent_offset: (pos - e.offset) as u32, len: take as u32, out_offset: out, request: r.idx };
                 e.needed = e.needed.max(piece.extent_offset + piece.len);
                 e.end_piece += 1; // a count for now
-                grouped &= tagged.last().is_none_or(|&(last, _)| last as usize <= k);
-                tagged.push((k as u32, piece));
+                grouped &= piece_extent.last().is_none_or(|&last| last as usize <= k);
+                piece_extent.push(k as u32);
+                pieces.push(piece);
                 pos += take;
                 out += take;
                 k += 1;
@@ -290,17 +308,15 @@ impl Plan {
             e.end_piece = acc + n;
             acc += n;
         }
-        let pieces = if grouped {
-            tagged.into_iter().map(|(_, p)| p).collect()
-        } else {
+        if !grouped {
             let mut fill: Vec<u32> = extents.iter().map(|e| e.first_piece).collect();
-            let mut pieces = vec![Piece { extent_offset: 0, len: 0, out_offset: 0, request: 0 }; tagged.len()];
-            for (k, p) in tagged {
-                pieces[fill[k as usize] as usize] = p;
+            let mut bucketed = vec![Piece { extent_offset: 0, len: 0, out_offset: 0, request: 0 }; pieces.len()];
+            for (&k, p) in piece_extent.iter().zip(&pieces) {
+                bucketed[fill[k as usize] as usize] = *p;
                 fill[k as usize] += 1;
             }
-            pieces
-        };
+            pieces = bucketed;
+        }
         // A split span can leave a read that only holds gap bytes: drop it.
         extents.retain(|e| e.end_piece > e.first_piece);
         Ok(Plan { extents, pieces, out_len, unique, requests: requests.len(), useful_bytes: useful })
