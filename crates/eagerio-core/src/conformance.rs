@@ -648,6 +648,7 @@ pub async fn adaptive_mapped_rows_skip_the_plan<B: Backend>(b: &B) {
     let s = fut.stats();
     assert!(fut.is_settled(), "served in the call: {s:?}");
     assert_eq!((s.reads_planned, s.resident, s.requested), (0, 350, 350), "{s:?}");
+    assert_eq!((s.unique, s.useful_bytes), (350, 350 * rs), "not deduplicated: {s:?}");
     assert_eq!(&fut.await.unwrap()[..], &reference_rows(&file, rs as usize, &ids)[..]);
     let ranges: Vec<std::ops::Range<u64>> = ids.iter().rev().map(|&id| id * rs + 7..id * rs + 61).collect();
     let fut = table.source().gather_ranges(&ranges).unwrap();
