@@ -354,10 +354,10 @@ impl GatherJob {
             let out = unsafe { &mut *out };
             // SAFETY: every extent reached DONE exactly once, each through a copy of all its
             // pieces, and the pieces of a plan cover `0..out_len` exactly (planner invariant,
-            // property-tested), so the first `len` bytes are initialised. A plan without extents
-            // but with output is `Plan::copied`: `copy_in_order` wrote every request whole,
-            // back to back, over `0..out_len` before the job was made. `reserve(len)` at
-            // creation made the capacity.
+            // property-tested), so the first `len` bytes are initialised. A plan made by
+            // `Plan::missing` covers only the requests it names; `copy_in_order` wrote every
+            // other request whole at its place in the output before the job was made.
+            // `reserve(len)` at creation made the capacity.
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
         })
@@ -1374,19 +1374,17 @@ impl Start {
         started: Instant,
         submit: impl FnOnce(JobHandle),
     ) -> Result<Arc<GatherJob>> {
-        let (plan, order, done, resident, faults) = match self.copy_mapped(&requests, &mut out)? {
-            Some((plan, faults)) => {
-                let rows = plan.requests() as u64;
-                (plan, None, 0, rows, faults)
-            }
+        let (plan, copied, copy_faults) = match self.copy_mapped(&requests, &mut out)? {
+            Some(copied) => copied,
             None => {
                 let plan = Plan::new(&requests, &self.opts)?;
                 self.reserve(&mut out, plan.out_len());
-                let (order, done, resident, faults) = self.serve_resident(&plan, out.as_mut_ptr());
-                (plan, order, done, resident, faults)
+                (plan, 0, 0)
             }
         };
         let out_ptr = OutPtr(out.as_mut_ptr());
+        let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
+        let (resident, faults) = (resident + copied, faults + copy_faults);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
         let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
@@ -1448,27 +1446,31 @@ impl Start {
         }
     }
 
-    /// Adaptive mode, before planning: when every requested byte lies on a page the source's
-    /// mapping already maps (a warm table's repeated rows), copies the requests to `out` in
-    /// request order, as a loop over an mmap would, and returns the plan left (nothing to read)
-    /// and the faults taken. `None` sends the gather to the planner: a page not mapped, a
-    /// request the planner rejects (it names the error), or a file cut during the copy.
-    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, u64)>> {
+    /// Adaptive mode, before planning: copies the requests whose every byte lies on a page the
+    /// source's mapping already maps (a warm table's rows asked for again) to `out` in request
+    /// order, as a loop over an mmap would, and plans only the others. Returns that plan, the
+    /// requests copied and the faults taken. `None` sends the whole gather to the planner: no
+    /// mapping, mostly requests not mapped, or a file cut during the copy.
+    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, u64, u64)>> {
         let Some(r) = &self.residency else { return Ok(None) };
-        self.opts.validate()?;
-        let Some(len) = r.mapped_len(requests) else { return Ok(None) };
+        if !self.elsewhere {
+            // On a preparing thread the call checked them already.
+            Plan::check(requests, &self.opts)?;
+        }
+        let Some((len, missing)) = r.split_mapped(requests) else { return Ok(None) };
         self.reserve(out, len);
         // SAFETY: `out` has room for the requests' total length, reserved above, and no party
-        // exists yet, so nothing else touches it; `mapped_len` checked that every request ends
-        // within the file, which lies within the mapping.
-        let faults = unsafe { r.copy_in_order(requests, out.as_mut_ptr()) };
-        Ok(faults.map(|faults| (Plan::copied(requests.len(), len), faults)))
+        // exists yet, so nothing else touches it; `split_mapped` checked that every request not
+        // missing ends within the file, which lies within the mapping.
+        let Some(faults) = (unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr()) }) else { return Ok(None) };
+        let copied = (requests.len() - missing.len()) as u64;
+        Ok(Some((Plan::missing(requests, &missing, len, &self.opts), copied, faults)))
     }
 
     /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left
     /// for the engine, how many were served, the rows served and the faults taken.
     fn serve_resident(&self, plan: &Plan, out: *mut u8) -> (Option<Vec<u32>>, usize, u64, u64) {
-        if let Some(r) = &self.residency {
+        if let Some(r) = self.residency.as_ref().filter(|_| !plan.extents().is_empty()) {
             // SAFETY: `out` has room for the plan's output (reserved by the caller) and no party
             // exists yet, so nothing else touches it.
             let served = unsafe { r.serve(plan, out) };

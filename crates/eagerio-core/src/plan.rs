@@ -228,8 +228,36 @@ impl Plan {
             sorted.push(Req { off, len, out: out_len, idx: i as u32 });
             out_len = next;
         }
-        sort_requests(&mut sorted);
+        Ok(Plan::build(sorted, requests.len(), out_len, opts))
+    }
 
+    /// Plans only the requests `missing` names (each a request's index and where its bytes land
+    /// in the output), of `requests`, which [`Plan::check`] accepted: every other request's
+    /// bytes were copied into the output already (the adaptive mode's copy of rows on pages it
+    /// maps, see [`Residency::copy_in_order`](crate::residency::Residency::copy_in_order)). The
+    /// pieces carry the requests' own indices and output offsets; the copied requests count as
+    /// distinct, and their bytes as useful.
+    pub(crate) fn missing(requests: &[(u64, u64)], missing: &[(u32, u64)], out_len: u64, opts: &PlanOptions) -> Plan {
+        let sorted = missing
+            .iter()
+            .map(|&(idx, out)| {
+                let (off, len) = requests[idx as usize];
+                Req { off, len, out, idx }
+            })
+            .collect();
+        let mut plan = Plan::build(sorted, requests.len(), out_len, opts);
+        let copied = requests.len() - missing.len();
+        let missing_bytes: u64 = missing.iter().map(|&(i, _)| requests[i as usize].1).sum();
+        plan.unique += copied;
+        plan.useful_bytes += out_len - missing_bytes;
+        plan
+    }
+
+    /// Plans the checked requests in `sorted` (in request order, sorted here) out of `requests`
+    /// in all, whose output is `out_len` bytes.
+    fn build(mut sorted: Vec<Req>, requests: usize, out_len: u64, opts: &PlanOptions) -> Plan {
+        sort_requests(&mut sorted);
+        let mask = opts.align - 1;
         let down = |x: u64| x & !mask;
         let up = |x: u64| (x + mask) & !mask;
 
@@ -276,8 +304,8 @@ impl Plan {
         // grouped by extent unless a request spans an extent that a later one starts in; only
         // then are they bucketed (a stable counting sort keeps offset order within an extent),
         // by the extent each piece was cut for (`piece_extent`).
-        let mut pieces: Vec<Piece> = Vec::with_capacity(requests.len());
-        let mut piece_extent: Vec<u32> = Vec::with_capacity(requests.len());
+        let mut pieces: Vec<Piece> = Vec::with_capacity(sorted.len());
+        let mut piece_extent: Vec<u32> = Vec::with_capacity(sorted.len());
         let mut grouped = true;
         let mut cursor = 0usize;
         for r in &sorted {
@@ -319,16 +347,7 @@ impl Plan {
         }
         // A split span can leave a read that only holds gap bytes: drop it.
         extents.retain(|e| e.end_piece > e.first_piece);
-        Ok(Plan { extents, pieces, out_len, unique, requests: requests.len(), useful_bytes: useful })
-    }
-
-    /// The plan of a gather whose `requests` requests (`out_len` bytes in all) were copied into
-    /// the output in request order before planning (see
-    /// [`Residency::copy_in_order`](crate::residency::Residency::copy_in_order)): nothing is left
-    /// to read, and nothing was deduplicated, so every request counts as distinct and every
-    /// byte as useful.
-    pub(crate) fn copied(requests: usize, out_len: u64) -> Plan {
-        Plan { out_len, unique: requests, requests, useful_bytes: out_len, ..Plan::default() }
+        Plan { extents, pieces, out_len, unique, requests, useful_bytes: useful }
     }
 
     /// The reads, in file order.

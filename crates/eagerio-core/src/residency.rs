@@ -5,12 +5,14 @@
 //! # How
 //! At open, the file is mapped read-only (`MAP_SHARED`, default advice: a `MADV_RANDOM` mapping
 //! loses the kernel's fault-around and made warm copies slower). A bitmap remembers which pages
-//! this mapping maps because a copy read them. When every page a gather asks for is in it (a
-//! warm table's rows asked for again), the gather needs no plan: its requests are copied in
-//! request order, as a loop over an mmap would ([`Residency::copy_in_order`]), and it settles
-//! when the copy ends (in the call, or on a preparing thread for a large gather), with no read
-//! planned. Checking costs one bitmap lookup per page, and stops at the first page not mapped. Sorting 40,000 requests costs more than copying them when
-//! every one is resident. Otherwise the gather is planned, and before the engine sees the job:
+//! this mapping maps because a copy read them. Before planning, each request is looked up in
+//! it (one lookup per page): the requests whose pages are all mapped (a warm table's rows asked
+//! for again) are copied in request order, as a loop over an mmap would
+//! ([`Residency::copy_in_order`]), and only the others are planned. Sorting 40,000 requests
+//! costs more than copying them when they are resident, so a gather whose every page is mapped
+//! has no read planned and settles when the copy ends (in the call, or on a preparing thread for
+//! a large gather). When more than half of the requests are not mapped, the whole gather is
+//! planned. Then, before the engine sees the job:
 //! 0. A cold table skips everything below: the first pages of up to 16 extents spread over the
 //!    plan are probed with `mincore` (a warm table answers at the first), and when none is
 //!    cached, one `cachestat(2)` (Linux 6.5) says whether any page of the file is.
@@ -83,6 +85,9 @@ const MEMO_MAX_PAGES: u64 = 16 << 20;
 const AHEAD: usize = 8;
 /// How many requests ahead of [`Residency::copy_in_order`] its prefetch runs.
 const AHEAD_ROWS: usize = 16;
+/// Requests not mapped that [`Residency::split_mapped`] takes before it may give up on a gather
+/// whose requests are mostly not mapped.
+const SPLIT_PROBE: usize = 32;
 /// Extents whose first page is probed before a gather asks `cachestat` whether the file is cold.
 const SAMPLES: usize = 16;
 /// Pages between two extents still checked in one window (the bytes between cost a page-table
@@ -188,57 +193,70 @@ impl Residency {
         self.mapped[(pg / 64) as usize].load(Relaxed) & (1 << (pg % 64)) != 0
     }
 
-    /// The output length of `requests` when every byte they ask for lies on a page this mapping
-    /// maps since a copy read it, within the file's current length: then
-    /// [`copy_in_order`](Self::copy_in_order) can serve the gather without a plan. `None`
-    /// otherwise, and for any request the planner would reject (it reports the error). One
-    /// bitmap lookup per page of each request, stopping at the first page not mapped, so a
-    /// cold table pays about one lookup.
-    pub fn mapped_len(&self, requests: &[(u64, u64)]) -> Option<u64> {
-        if self.mapped.is_empty() || u32::try_from(requests.len()).is_err() {
+    /// Sorts checked `requests` into those whose every byte lies on a page this mapping maps
+    /// since a copy read it, within the file's current length, and the others: returns the
+    /// output length and the others (each a request's index and where its bytes land in the
+    /// output), in request order. [`copy_in_order`](Self::copy_in_order) then copies the
+    /// first kind without a plan, and only the others are planned. `None` when the bitmap is
+    /// off, or when more than half of the requests are not mapped (a cold table: the plan path
+    /// checks those with `mincore` instead). One bitmap lookup per page of each request.
+    pub fn split_mapped(&self, requests: &[(u64, u64)]) -> Option<(u64, Vec<(u32, u64)>)> {
+        if self.mapped.is_empty() {
             return None;
         }
         let file_len = self.current_len();
-        let mut total = 0u64;
-        for &(off, len) in requests {
-            let end = off.checked_add(len).filter(|&end| len > 0 && end <= file_len)?;
-            if !(off / self.page..=(end - 1) / self.page).all(|pg| self.page_mapped(pg)) {
-                return None;
+        let mut missing = Vec::new();
+        let mut out = 0u64;
+        for (i, &(off, len)) in requests.iter().enumerate() {
+            let mapped = off
+                .checked_add(len)
+                .filter(|&end| len > 0 && end <= file_len)
+                .is_some_and(|end| (off / self.page..=(end - 1) / self.page).all(|pg| self.page_mapped(pg)));
+            if !mapped {
+                missing.push((i as u32, out));
+                if missing.len() > SPLIT_PROBE && missing.len() * 2 > i + 1 {
+                    return None;
+                }
             }
-            total = total.checked_add(len).filter(|&t| t <= isize::MAX as u64)?;
+            out = out.checked_add(len)?;
         }
-        Some(total)
+        (missing.len() < requests.len()).then_some((out, missing))
     }
 
-    /// Copies every request's bytes from the mapping to `out`, in request order (request `i`
-    /// right after request `i - 1`), as a loop over an mmap does: no plan, no sort. Meant for
-    /// requests [`mapped_len`](Self::mapped_len) accepted. Returns the major faults taken
-    /// (pages reclaimed since a copy mapped them, read back in), or `None` when a copy stopped
-    /// short because the file was cut: `out` then holds a partial copy, and the gather must be
-    /// planned (every byte of `out` is written again). Either a fault or a cut clears the
-    /// bitmap, so the next gathers check every page again.
+    /// Copies the bytes of every request but the `missing` ones (as
+    /// [`split_mapped`](Self::split_mapped) returned them) from the mapping to `out`, in
+    /// request order, as a loop over an mmap does: no plan, no sort. Returns the major faults
+    /// taken (pages reclaimed since a copy mapped them, read back in), or `None` when a copy
+    /// stopped short because the file was cut: `out` then holds a partial copy, and the whole
+    /// gather must be planned (every byte of `out` is written again). Either a fault or a cut
+    /// clears the bitmap, so the next gathers check every page again.
     ///
     /// # Safety
     /// `out` must point at the requests' total length in writable bytes that nothing else
-    /// accesses during the call, and every request must end within this mapping (as
-    /// [`mapped_len`](Self::mapped_len) checks).
-    pub unsafe fn copy_in_order(&self, requests: &[(u64, u64)], out: *mut u8) -> Option<u64> {
+    /// accesses during the call, and every request not in `missing` must end within this
+    /// mapping (as [`split_mapped`](Self::split_mapped) checks).
+    pub unsafe fn copy_in_order(&self, requests: &[(u64, u64)], missing: &[(u32, u64)], out: *mut u8) -> Option<u64> {
         if !recover::install() {
             return None;
         }
         let faults_before = major_faults();
         let mut at = 0usize;
+        let mut skip = missing.iter().map(|&(i, _)| i as usize).peekable();
         for (i, &(off, len)) in requests.iter().enumerate() {
             if let Some(&(ahead, _)) = requests.get(i + AHEAD_ROWS) {
                 self.prefetch_at(self.base as usize + ahead as usize);
             }
-            // SAFETY: `at + len` is within the requests' total length, inside the caller's
-            // exclusive `out`; the source lies inside our mapping (the caller's contract), which
-            // lives as long as `self`; a page the file lost since is the fault `copy` survives.
-            let whole = unsafe { recover::copy(out.add(at), self.base.cast::<u8>().add(off as usize), len as usize) };
-            if !whole {
-                self.forget();
-                return None;
+            if skip.next_if_eq(&i).is_none() {
+                // SAFETY: `at + len` is within the requests' total length, inside the caller's
+                // exclusive `out`; the source lies inside our mapping (the caller's contract),
+                // which lives as long as `self`; a page the file lost since is the fault `copy`
+                // survives.
+                let whole =
+                    unsafe { recover::copy(out.add(at), self.base.cast::<u8>().add(off as usize), len as usize) };
+                if !whole {
+                    self.forget();
+                    return None;
+                }
             }
             at += len as usize;
         }
@@ -788,39 +806,42 @@ mod tests {
         assert!(!r.is_mapped(&plan, 0, 4 * 4096), "unmapping forgets every page");
     }
 
-    /// Requests on mapped pages are copied in request order without a plan; a page not mapped,
-    /// a request past the file's end or an empty one sends the gather to the planner; a file
-    /// cut during the copy stops it and forgets every page.
+    /// Requests on mapped pages are copied in request order without a plan; those on a page not
+    /// mapped or past the file's end are left for the planner, each with its place in the
+    /// output; a file cut during the copy stops it and forgets every page.
     #[test]
     fn residency_mapped_requests_are_copied_in_request_order() {
         let Some((f, file)) = partly_cached(4, &[0, 2]) else { return };
         assert!(recover::install());
         let r = Residency::map(&file, 4 * 4096).unwrap();
-        let requests = [(2 * 4096 + 5, 10), (10, 90), (10, 90), (4050, 96)];
-        assert_eq!(r.mapped_len(&requests), None, "nothing is mapped before a copy");
+        let requests = [(2 * 4096 + 5, 10), (10, 90), (4050, 96), (10, 90)];
+        assert_eq!(r.split_mapped(&requests), None, "nothing is mapped before a copy");
         let plan = Plan::new(&requests, &PlanOptions { max_gap: 0, align: 1, max_read: 65536 }).unwrap();
         let mut out = vec![0u8; plan.out_len() as usize];
         // SAFETY: `out` holds the plan's output and nothing else touches it.
         let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
         assert_eq!(served.rows, 3, "the row across pages 0 and 1 is a miss: {served:?}");
-        assert_eq!(r.mapped_len(&requests), None, "page 1 is not mapped");
 
-        let requests = &requests[..3];
-        assert_eq!(r.mapped_len(requests), Some(190));
-        let mut out = vec![0u8; 190];
-        // SAFETY: `out` has the requests' 190 bytes; they lie within the mapping.
-        assert_eq!(unsafe { r.copy_in_order(requests, out.as_mut_ptr()) }, Some(0));
+        let (len, missing) = r.split_mapped(&requests).expect("three of four are mapped");
+        assert_eq!((len, &missing[..]), (286, &[(2, 100)][..]), "page 1 is not mapped");
+        let mut out = vec![0u8; 286];
+        // SAFETY: `out` has the requests' 286 bytes; the others lie within the mapping.
+        assert_eq!(unsafe { r.copy_in_order(&requests, &missing, out.as_mut_ptr()) }, Some(0));
         assert_eq!(&out[..10], &[3u8; 10][..]);
-        assert_eq!(&out[10..], &[1u8; 180][..]);
-        assert_eq!(r.mapped_len(&[(10, 0)]), None, "an empty request is the planner's to refuse");
-        assert_eq!(r.mapped_len(&[(2 * 4096 + 4090, 10)]), None, "page 3 is not mapped");
+        assert_eq!(&out[10..100], &[1u8; 90][..]);
+        assert_eq!(&out[100..196], &[0u8; 96][..], "the missing request is left to the planner");
+        assert_eq!(&out[196..], &[1u8; 90][..]);
+        let far = [(2 * 4096 + 4090, 10), (10, 90), (10, 90)];
+        assert_eq!(r.split_mapped(&far).unwrap().1, [(0, 0)], "page 3 is not mapped");
+        let cold: Vec<(u64, u64)> = (0..100).map(|i| (4096 + i, 1)).collect();
+        assert_eq!(r.split_mapped(&cold), None, "mostly not mapped: all planned");
 
         f.as_file().set_len(2 * 4096).unwrap();
-        assert_eq!(r.mapped_len(requests), None, "the file ends before the third page now");
+        assert_eq!(r.split_mapped(&requests).unwrap().1, [(0, 0), (2, 100)], "the file ends before page 2 now");
         out.fill(0);
         // SAFETY: as above; the first request's page is gone, the fault `copy` survives.
-        assert_eq!(unsafe { r.copy_in_order(requests, out.as_mut_ptr()) }, None);
-        assert_eq!(r.mapped_len(&requests[1..]), None, "a cut copy forgets every page");
+        assert_eq!(unsafe { r.copy_in_order(&requests, &[(2, 100)], out.as_mut_ptr()) }, None);
+        assert_eq!(r.split_mapped(&requests[1..2]), None, "a cut copy forgets every page");
     }
 
     /// A cached 4-page file of `byte`s, mapped, and a two-row plan (pages 0 and 3) found resident

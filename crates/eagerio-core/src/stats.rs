@@ -9,8 +9,8 @@ use crate::loom::{AtomicU64, Ordering};
 pub struct GatherStats {
     /// Rows (or ranges) requested, duplicates included.
     pub requested: u64,
-    /// Distinct rows (or ranges). A gather copied whole from pages the adaptive mode's mapping
-    /// already maps is not planned, so nothing is deduplicated: every request counts here.
+    /// Distinct rows (or ranges). Rows copied from pages the adaptive mode's mapping already
+    /// maps are not planned, so they are not deduplicated: each counts here.
     pub unique: u64,
     /// Rows served from resident pages without a read (adaptive mode).
     pub resident: u64,
@@ -23,8 +23,8 @@ pub struct GatherStats {
     pub reads_issued: u64,
     /// Bytes those reads returned.
     pub bytes_read: u64,
-    /// Distinct requested bytes (every requested byte, when the gather was copied without a
-    /// plan, as for [`unique`](Self::unique)).
+    /// Distinct requested bytes (the bytes of rows copied without a plan each count, as for
+    /// [`unique`](Self::unique)).
     pub useful_bytes: u64,
     /// Time from the `gather` call until the reads were handed to the backend: validating,
     /// planning, copying page-cache-resident rows and submitting. Spent in the call, or, for a
@@ -72,8 +72,8 @@ pub struct SourceTotals {
     pub reads: u64,
     /// Bytes read.
     pub bytes_read: u64,
-    /// Distinct requested bytes (every requested byte, when the gather was copied without a
-    /// plan, as for [`unique`](Self::unique)).
+    /// Distinct requested bytes (the bytes of rows copied without a plan each count, as for
+    /// [`unique`](Self::unique)).
     pub useful_bytes: u64,
     /// Total of the gathers' [`GatherStats::submit`] times (calls, and preparation off the
     /// caller's thread).
