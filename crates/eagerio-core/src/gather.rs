@@ -58,7 +58,7 @@ use crate::deadline::{Expire, Ticket};
 use crate::error::{Error, Op, Result, Target};
 use crate::loom::{lock, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::{Plan, PlanOptions};
-use crate::residency::Residency;
+use crate::residency::{Residency, Served};
 use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
 
 /// What a backend tells the core about the file it serves.
@@ -1374,17 +1374,16 @@ impl Start {
         started: Instant,
         submit: impl FnOnce(JobHandle),
     ) -> Result<Arc<GatherJob>> {
-        let (plan, copied, copy_faults) = match self.copy_mapped(&requests, &mut out)? {
+        let (plan, copied) = match self.copy_mapped(&requests, &mut out)? {
             Some(copied) => copied,
             None => {
                 let plan = Plan::new(&requests, &self.opts)?;
                 self.reserve(&mut out, plan.out_len());
-                (plan, 0, 0)
+                (plan, Served::default())
             }
         };
         let out_ptr = OutPtr(out.as_mut_ptr());
-        let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0);
-        let (resident, faults) = (resident + copied, faults + copy_faults);
+        let (order, done, resident, faults) = self.serve_resident(&plan, out_ptr.0, copied);
         let extent_states = extent_states(plan.extents().len(), order.as_deref());
         let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
@@ -1448,10 +1447,10 @@ impl Start {
 
     /// Adaptive mode, before planning: copies the requests whose every byte lies on a page the
     /// source's mapping already maps (a warm table's rows asked for again) to `out` in request
-    /// order, as a loop over an mmap would, and plans only the others. Returns that plan, the
-    /// requests copied and the faults taken. `None` sends the whole gather to the planner: no
-    /// mapping, mostly requests not mapped, or a file cut during the copy.
-    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, u64, u64)>> {
+    /// order, as a loop over an mmap would, and plans only the others. Returns that plan and
+    /// what the copy served. `None` sends the whole gather to the planner: no mapping, mostly
+    /// requests not mapped, or a file cut during the copy.
+    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, Served)>> {
         let Some(r) = &self.residency else { return Ok(None) };
         if !self.elsewhere {
             // On a preparing thread the call checked them already.
@@ -1462,25 +1461,23 @@ impl Start {
         // SAFETY: `out` has room for the requests' total length, reserved above, and no party
         // exists yet, so nothing else touches it; `split_mapped` checked that every request not
         // missing ends within the file, which lies within the mapping.
-        let Some(faults) = (unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr()) }) else { return Ok(None) };
-        let copied = (requests.len() - missing.len()) as u64;
-        Ok(Some((Plan::missing(requests, &missing, len, &self.opts), copied, faults)))
+        let Some(copied) = (unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr()) }) else { return Ok(None) };
+        Ok(Some((Plan::missing(requests, &missing, len, &self.opts), copied)))
     }
 
     /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left
-    /// for the engine, how many were served, the rows served and the faults taken.
-    fn serve_resident(&self, plan: &Plan, out: *mut u8) -> (Option<Vec<u32>>, usize, u64, u64) {
-        if let Some(r) = self.residency.as_ref().filter(|_| !plan.extents().is_empty()) {
-            // SAFETY: `out` has room for the plan's output (reserved by the caller) and no party
-            // exists yet, so nothing else touches it.
-            let served = unsafe { r.serve(plan, out) };
-            if served.extents > 0 {
-                let misses = (0..plan.extents().len() as u32).filter(|&i| !served.resident[i as usize]).collect();
-                return (Some(misses), served.extents, served.rows, served.faults);
-            }
-            return (None, 0, 0, served.faults);
-        }
-        (None, 0, 0, 0)
+    /// for the engine, how many were served, and the rows served and the faults taken, counting
+    /// those of the rows `copied` before planning.
+    fn serve_resident(&self, plan: &Plan, out: *mut u8, copied: Served) -> (Option<Vec<u32>>, usize, u64, u64) {
+        let Some(r) = self.residency.as_ref().filter(|_| !plan.extents().is_empty()) else {
+            return (None, 0, copied.rows, copied.faults);
+        };
+        // SAFETY: `out` has room for the plan's output (reserved by the caller) and no party
+        // exists yet, so nothing else touches it.
+        let served = unsafe { r.serve(plan, out) }.and(copied);
+        let misses = (served.extents > 0)
+            .then(|| (0..plan.extents().len() as u32).filter(|&i| !served.resident[i as usize]).collect());
+        (misses, served.extents, served.rows, served.faults)
     }
 }
 

@@ -141,6 +141,15 @@ pub struct Served {
     pub stopped: bool,
 }
 
+impl Served {
+    /// This outcome with the rows and faults of `copied` (rows served before planning) added.
+    pub fn and(mut self, copied: Served) -> Served {
+        self.rows += copied.rows;
+        self.faults += copied.faults;
+        self
+    }
+}
+
 impl Residency {
     /// Maps `file` (opened read-only, any mode) of length `len`.
     ///
@@ -225,9 +234,9 @@ impl Residency {
 
     /// Copies the bytes of every request but the `missing` ones (as
     /// [`split_mapped`](Self::split_mapped) returned them) from the mapping to `out`, in
-    /// request order, as a loop over an mmap does: no plan, no sort. Returns the major faults
-    /// taken (pages reclaimed since a copy mapped them, read back in), or `None` when a copy
-    /// stopped short because the file was cut: `out` then holds a partial copy, and the whole
+    /// request order, as a loop over an mmap does: no plan, no sort. Returns the rows copied and
+    /// the major faults taken (pages reclaimed since a copy mapped them, read back in), or `None`
+    /// when a copy stopped short because the file was cut: `out` then holds a partial copy, and the whole
     /// gather must be planned (every byte of `out` is written again). Either a fault or a cut
     /// clears the bitmap, so the next gathers check every page again.
     ///
@@ -235,7 +244,12 @@ impl Residency {
     /// `out` must point at the requests' total length in writable bytes that nothing else
     /// accesses during the call, and every request not in `missing` must end within this
     /// mapping (as [`split_mapped`](Self::split_mapped) checks).
-    pub unsafe fn copy_in_order(&self, requests: &[(u64, u64)], missing: &[(u32, u64)], out: *mut u8) -> Option<u64> {
+    pub unsafe fn copy_in_order(
+        &self,
+        requests: &[(u64, u64)],
+        missing: &[(u32, u64)],
+        out: *mut u8,
+    ) -> Option<Served> {
         if !recover::install() {
             return None;
         }
@@ -264,7 +278,7 @@ impl Residency {
         if faults > 0 {
             self.forget();
         }
-        Some(faults)
+        Some(Served { rows: (requests.len() - missing.len()) as u64, faults, ..Served::default() })
     }
 
     /// Records extent `k`'s pieces' pages as mapped: a copy just read them through the mapping.
@@ -826,7 +840,10 @@ mod tests {
         assert_eq!((len, &missing[..]), (286, &[(2, 100)][..]), "page 1 is not mapped");
         let mut out = vec![0u8; 286];
         // SAFETY: `out` has the requests' 286 bytes; the others lie within the mapping.
-        assert_eq!(unsafe { r.copy_in_order(&requests, &missing, out.as_mut_ptr()) }, Some(0));
+        let copied = unsafe { r.copy_in_order(&requests, &missing, out.as_mut_ptr()) }.unwrap();
+        assert_eq!((copied.rows, copied.faults), (3, 0));
+        let both = Served { rows: 1, faults: 2, ..Served::default() }.and(Served { rows: 3, faults: 4, ..copied });
+        assert_eq!((both.rows, both.faults), (4, 6), "the copied rows and faults count with the served");
         assert_eq!(&out[..10], &[3u8; 10][..]);
         assert_eq!(&out[10..100], &[1u8; 90][..]);
         assert_eq!(&out[100..196], &[0u8; 96][..], "the missing request is left to the planner");
@@ -840,7 +857,7 @@ mod tests {
         assert_eq!(r.split_mapped(&requests).unwrap().1, [(0, 0), (2, 100)], "the file ends before page 2 now");
         out.fill(0);
         // SAFETY: as above; the first request's page is gone, the fault `copy` survives.
-        assert_eq!(unsafe { r.copy_in_order(&requests, &[(2, 100)], out.as_mut_ptr()) }, None);
+        assert!(unsafe { r.copy_in_order(&requests, &[(2, 100)], out.as_mut_ptr()) }.is_none());
         assert_eq!(r.split_mapped(&requests[1..2]), None, "a cut copy forgets every page");
     }
 
