@@ -470,6 +470,16 @@ mod tests {
         assert_eq!(p.execute_from(&file), naive(&file, &[(100, 10_000)]));
     }
 
+    /// A span joined across a wide gap and split at `max_read` can leave a read of gap bytes
+    /// only: it is dropped, and every read serves a piece.
+    #[test]
+    fn a_split_span_reads_no_gap_only_extent() {
+        let p = Plan::new(&[(0, 10), (10_000, 10)], &opts(20_000, 1, 4096)).unwrap();
+        let reads: Vec<(u64, u32)> = p.extents().iter().map(|e| (e.offset, e.len)).collect();
+        assert_eq!(reads, [(0, 4096), (8192, 1818)]);
+        assert!((0..p.extents().len()).all(|i| !p.pieces(i).is_empty()));
+    }
+
     #[test]
     fn rows_in_one_block_share_a_read() {
         let reqs: Vec<_> = (0..40).map(|r| (r * 90, 90)).collect();
