@@ -8,7 +8,9 @@
 //! and without waiting for a poll.
 //!
 //! The threads (`eagerio-prepare-N`, one per core up to four) start with the first such gather
-//! and live as long as the process. The reads they submit run on the backend; the only I/O they
+//! and live as long as the process. They run in the `SCHED_BATCH` class, so handing them work
+//! never preempts the caller: on 2 cores, a preparing thread woken onto the caller's CPU made a
+//! 40,000-row call last 1.6 ms instead of 0.4. The reads they submit run on the backend; the only I/O they
 //! wait for is a major fault while copying a resident row that was evicted after its check (one
 //! synchronous page read, counted in `GatherStats::resident_faults`). A gather whose future is
 //! gone before its turn comes is not started at all. Work that panics is reported to its gather as [`Error::Panicked`](crate::Error)
@@ -38,11 +40,18 @@ pub(crate) fn run(work: Work) {
                 let rx = rx.clone();
                 std::thread::Builder::new()
                     .name(format!("eagerio-prepare-{i}"))
-                    .spawn(move || loop {
-                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                        let Ok(work) = next else { return };
-                        // The work reports its own panics to its gather; this keeps the thread.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+                    .spawn(move || {
+                        // Woken by a gather call, this thread must not take that caller's CPU:
+                        // the call would then last until it is scheduled again.
+                        if !crate::sys::batch_scheduling() {
+                            tracing::debug!("eagerio-prepare: SCHED_BATCH refused; a wake-up may preempt the caller");
+                        }
+                        loop {
+                            let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok(work) = next else { return };
+                            // The work reports its own panics to its gather; this keeps the thread.
+                            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+                        }
                     })
                     .is_ok()
             })

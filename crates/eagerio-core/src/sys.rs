@@ -244,6 +244,17 @@ pub fn huge_pages(ptr: *mut u8, len: usize) {
     }
 }
 
+/// Puts the calling thread in the `SCHED_BATCH` class, for throughput work that must not take
+/// the CPU from the thread that woke it: the kernel never preempts a running thread for a batch
+/// thread that wakes up (it waits for the next tick, or runs on an idle CPU), and otherwise
+/// schedules it as any other thread of its nice level. Whether the kernel took it.
+pub fn batch_scheduling() -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is valid for the call, and SCHED_BATCH takes
+    // priority 0 and needs no privilege.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
+}
+
 #[cfg(all(test, not(eagerio_loom), target_os = "linux"))]
 mod tests {
     /// The `VmFlags` of the mapping that holds `addr`, from `/proc/self/smaps`.
@@ -285,5 +296,16 @@ mod tests {
         let mut small = vec![1u8; 4096];
         super::huge_pages(small.as_mut_ptr(), small.len());
         assert_eq!(small, vec![1u8; 4096]);
+    }
+
+    /// A thread asking for batch scheduling is in `SCHED_BATCH` after, and only that thread.
+    #[test]
+    fn sys_batch_scheduling_is_per_thread() {
+        // SAFETY: pid 0 is the calling thread.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let before = policy();
+        let inner = std::thread::spawn(move || (super::batch_scheduling(), policy())).join().unwrap();
+        assert_eq!(inner, (true, libc::SCHED_BATCH));
+        assert_eq!(policy(), before, "the calling thread keeps its class");
     }
 }
