@@ -1,6 +1,6 @@
 //! The threads that prepare large gathers away from the caller's thread.
 //!
-//! Planning a gather and copying its page-cache-resident rows cost about 40 ns and 150-400 ns a
+//! Planning a gather and copying its page-cache-resident rows cost about 30 ns and 30-150 ns a
 //! row: milliseconds for tens of thousands of rows, which an async service must not spend on
 //! its executor's thread. A backend whose [`ReadEngine::remote`](crate::backend::ReadEngine::remote)
 //! hands jobs over from any thread has gathers of at least [`PREPARE_ELSEWHERE`] requests
