@@ -495,8 +495,13 @@ pub struct OnGlommio {
     worker: Option<GlommioWorker>,
 }
 
-/// The ids to gather, and where to send the rows and the reads issued.
-type GlommioJob = (Arc<Vec<u64>>, mpsc::Sender<Result<(Bytes, u64), String>>);
+/// What the glommio thread is asked to do.
+enum GlommioJob {
+    /// Gather these ids; send the rows and the reads issued.
+    Gather(Arc<Vec<u64>>, mpsc::Sender<Result<(Bytes, u64), String>>),
+    /// Drop what keeps the table's pages resident (eagerio's adaptive mapping), then answer.
+    Unmap(mpsc::Sender<()>),
+}
 
 struct GlommioWorker {
     jobs: Option<mpsc::Sender<GlommioJob>>,
@@ -523,6 +528,16 @@ impl OnGlommio {
     #[cfg(feature = "glommio")]
     pub fn eager(depth: usize) -> OnGlommio {
         OnGlommio { kind: OnGlommioKind::Eager { depth }, worker: None }
+    }
+
+    /// Has the glommio thread drop what keeps the table's pages resident, and waits for it.
+    fn unmap(&self) {
+        if let Some(jobs) = self.worker.as_ref().and_then(|w| w.jobs.as_ref()) {
+            let (tx, rx) = mpsc::channel();
+            if jobs.send(GlommioJob::Unmap(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+        }
     }
 
     fn depth(&self) -> usize {
@@ -577,10 +592,24 @@ impl Method for OnGlommio {
         }
     }
 
+    /// As [`Eager::ready`]: eviction skips the pages eagerio's adaptive mapping maps.
+    fn ready(&mut self, env: &Env, cold: bool) -> Res<()> {
+        if cold {
+            self.unmap();
+            env.evict()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        self.unmap();
+    }
+
     fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
         let w = self.worker.as_ref().ok_or("method used before prepare")?;
         let (tx, rx) = mpsc::channel();
-        w.jobs.as_ref().expect("open while the worker lives").send((Arc::new(ids.to_vec()), tx))?;
+        let job = GlommioJob::Gather(Arc::new(ids.to_vec()), tx);
+        w.jobs.as_ref().expect("open while the worker lives").send(job).map_err(|_| "the glommio thread is gone")?;
         let (bytes, reads) = rx.recv()??;
         Ok(RunOut { bytes, reads: Some(reads), call: None })
     }
@@ -638,7 +667,14 @@ async fn read_many_loop(
     };
     let _ = ready.send(Ok(()));
     let rs = row_size as usize;
-    while let Ok((ids, reply)) = jobs.recv() {
+    while let Ok(job) = jobs.recv() {
+        let (ids, reply) = match job {
+            GlommioJob::Gather(ids, reply) => (ids, reply),
+            GlommioJob::Unmap(done) => {
+                let _ = done.send(()); // nothing mapped here
+                continue;
+            }
+        };
         // The executor's counters are taken (reset) on every read of them.
         let _ = glommio::executor().io_stats();
         let result = async {
@@ -688,16 +724,21 @@ async fn eager_glommio_loop(
         }
     };
     let _ = ready.send(Ok(()));
-    while let Ok((ids, reply)) = jobs.recv() {
+    while let Ok(job) = jobs.recv() {
+        let (ids, reply) = match job {
+            GlommioJob::Gather(ids, reply) => (ids, reply),
+            GlommioJob::Unmap(done) => {
+                table.source().unmap_resident();
+                let _ = done.send(());
+                continue;
+            }
+        };
         let before = table.stats().reads;
         let result = match table.gather(&ids) {
             Ok(fut) => fut.await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         let reads = table.stats().reads - before;
-        // As `Eager::finish` after every sample: the adaptive mode's mapping would keep the pages
-        // it copied mapped, and the next cold sample's eviction would skip them.
-        table.source().unmap_resident();
         let _ = reply.send(result.map(|b| (b, reads)));
     }
 }
