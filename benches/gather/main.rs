@@ -682,11 +682,12 @@ fn targets(w1: &[Cell], w3: &[sink::SinkCell], fio: Option<f64>) -> Vec<String> 
     t
 }
 
-/// Writes the SVG charts; returns their file names (or why one failed).
+/// Writes the SVG charts; returns links to them, relative to the report beside them (so the
+/// report keeps working when the directory is copied), or why one failed.
 fn draw_charts(dir: &Path, w1: &[Cell], w4_size: &[Cell], w4_depth: &[Cell], fio: &[fio::FioResult]) -> Vec<String> {
     let mut out = Vec::new();
     let mut done = |name: &str, r: Result<(), String>| match r {
-        Ok(()) => out.push(format!("`{}`", dir.join(name).display())),
+        Ok(()) => out.push(format!("[{name}]({name})")),
         Err(e) => out.push(format!("{name} failed: {e}")),
     };
     for (cache, file, title) in [

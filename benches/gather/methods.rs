@@ -496,9 +496,12 @@ pub struct OnGlommio {
 }
 
 /// What the glommio thread is asked to do.
+type GlommioReply = Result<(Bytes, u64, Option<std::time::Duration>), String>;
+
 enum GlommioJob {
-    /// Gather these ids; send the rows and the reads issued.
-    Gather(Arc<Vec<u64>>, mpsc::Sender<Result<(Bytes, u64), String>>),
+    /// Gather these ids; send the rows, the reads issued and the time inside the gather call
+    /// (eagerio only).
+    Gather(Arc<Vec<u64>>, mpsc::Sender<GlommioReply>),
     /// Drop what keeps the table's pages resident (eagerio's adaptive mapping), then answer.
     Unmap(mpsc::Sender<()>),
 }
@@ -610,8 +613,8 @@ impl Method for OnGlommio {
         let (tx, rx) = mpsc::channel();
         let job = GlommioJob::Gather(Arc::new(ids.to_vec()), tx);
         w.jobs.as_ref().expect("open while the worker lives").send(job).map_err(|_| "the glommio thread is gone")?;
-        let (bytes, reads) = rx.recv()??;
-        Ok(RunOut { bytes, reads: Some(reads), call: None })
+        let (bytes, reads, call) = rx.recv()??;
+        Ok(RunOut { bytes, reads: Some(reads), call })
     }
 }
 
@@ -698,7 +701,7 @@ async fn read_many_loop(
                 return Err(format!("read_many gave {k} of {} rows", unique.len()));
             }
             let reads = glommio::executor().io_stats().all_rings().file_reads().0;
-            Ok((Bytes::from(scatter(&uniq, &slot, rs)), reads))
+            Ok((Bytes::from(scatter(&uniq, &slot, rs)), reads, None))
         }
         .await;
         let _ = reply.send(result);
@@ -734,12 +737,16 @@ async fn eager_glommio_loop(
             }
         };
         let before = table.stats().reads;
+        let t = std::time::Instant::now();
         let result = match table.gather(&ids) {
-            Ok(fut) => fut.await.map_err(|e| e.to_string()),
+            Ok(fut) => {
+                let call = t.elapsed();
+                fut.await.map(|b| (b, call)).map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         };
         let reads = table.stats().reads - before;
-        let _ = reply.send(result.map(|b| (b, reads)));
+        let _ = reply.send(result.map(|(b, call)| (b, reads, Some(call))));
     }
 }
 

@@ -12,7 +12,8 @@
 //! A gather of fewer than [`PREPARE_ELSEWHERE`](crate::prepare::PREPARE_ELSEWHERE) (2,048)
 //! requests is planned (about 40 ns a request), served from the page cache where the adaptive
 //! mode finds its rows resident, and submitted in the call. A larger one, on a backend that can
-//! take jobs from any thread ([`ReadEngine::remote`]: the tokio and io_uring backends), is only
+//! take jobs from any thread ([`ReadEngine::remote`]: every local backend; glommio's takes
+//! them back on its executor through a channel), is only
 //! checked in the call (every error a bad request can cause is returned there, before any I/O:
 //! about 1 ns a request, plus copying the requests) and handed to a preparing thread
 //! ([`crate::prepare`]), which plans it, copies its resident rows and submits it at once, with
@@ -99,8 +100,8 @@ pub trait ReadEngine {
     /// (build one with [`remote`]). With it, a gather of at least
     /// [`PREPARE_ELSEWHERE`](crate::prepare::PREPARE_ELSEWHERE) requests is planned, served
     /// from the page cache and submitted on a preparing thread, and the gather call returns
-    /// after validating it. `None`, the default, does all of it in the call (an engine tied to
-    /// its thread, such as glommio's).
+    /// after validating it. `None`, the default, does all of it in the call. An engine tied to
+    /// its thread (glommio's) returns a sender that hands the job back to that thread.
     fn remote(&self) -> Option<Remote> {
         None
     }

@@ -17,10 +17,11 @@ use std::{
 };
 
 use eagerio_core::{
-    backend::{JobClaims, JobHandle, ReadEngine},
+    backend::{JobClaims, JobHandle, ReadEngine, Remote},
     fault::{self, Action, Hook, IoKind, IoPoint},
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
+use futures::StreamExt;
 use glommio::io::{DmaFile, ReadResult};
 
 use crate::pump::Pump;
@@ -36,9 +37,10 @@ pub struct GlommioOptions {
     pub max_read: usize,
     /// Largest hole read to join two extents. Default 4096.
     pub max_gap: u64,
-    /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
-    /// gather call, on the executor thread; only the misses are read with `O_DIRECT` (see
-    /// [`eagerio_core::residency`]). Default on.
+    /// Adaptive mode: rows whose pages are resident are copied from the page cache before the
+    /// reads are queued (in the gather call, or on a preparing thread for a gather of
+    /// [`PREPARE_ELSEWHERE`](eagerio_core::prepare::PREPARE_ELSEWHERE) requests or more); only
+    /// the misses are read with `O_DIRECT` (see [`eagerio_core::residency`]). Default on.
     pub adaptive: bool,
 }
 
@@ -137,7 +139,7 @@ pub(crate) fn alignment(path: &Path, file: &DmaFile) -> u64 {
 impl GlommioEngine {
     /// Opens `path` for gathers with `O_DIRECT`, on the current glommio executor. With
     /// [`GlommioOptions::adaptive`] (the default) the file is also mapped read-only, so that rows
-    /// already in the page cache are copied in the gather call instead of read; if it cannot be
+    /// already in the page cache are copied instead of read; if it cannot be
     /// mapped, every row is read and the reason is logged.
     ///
     /// Must be called (and the engine used) on a glommio `LocalExecutor`; build one with
@@ -242,9 +244,30 @@ impl ReadEngine for GlommioEngine {
     /// Queues the job and issues reads into every free slot before returning; each is polled
     /// once here, which puts its request on the executor's submission queue.
     fn submit(&self, job: JobHandle) {
-        let entry = Rc::new(Entry { handle: job, claims: Cell::new(JobClaims::default()) });
-        self.lane.st.borrow_mut().jobs.push_back(entry);
-        self.lane.fill();
+        self.lane.submit(job);
+    }
+
+    /// A large gather is planned and served from the page cache on a preparing thread, then
+    /// handed back to this executor through a channel: a pumped future drains it and submits
+    /// the job as [`submit`](Self::submit) does. The preparing thread's send wakes the
+    /// executor (glommio queues a wake from another thread to the executor and interrupts its
+    /// sleep). The future lives until the returned sender is dropped, so [`is_idle`] stays false
+    /// while a gather is being prepared; a job sent after this executor is gone is dropped on
+    /// the preparing thread, and its gather fails with `Abandoned`.
+    ///
+    /// [`is_idle`]: GlommioEngine::is_idle
+    fn remote(&self) -> Option<Remote> {
+        let (tx, mut rx) = futures::channel::mpsc::unbounded::<JobHandle>();
+        let lane = self.lane.clone();
+        self.lane.pump.start(async move {
+            while let Some(job) = rx.next().await {
+                lane.submit(job);
+            }
+        });
+        Some(std::sync::Arc::new(move |job| {
+            // A closed channel hands the job back; dropping it ends the gather as abandoned.
+            drop(tx.unbounded_send(job));
+        }))
     }
 }
 
@@ -286,6 +309,12 @@ async fn read_extent(file: &DmaFile, offset: u64, len: usize, align: u64) -> io:
 }
 
 impl Lane {
+    fn submit(self: &Rc<Self>, job: JobHandle) {
+        let entry = Rc::new(Entry { handle: job, claims: Cell::new(JobClaims::default()) });
+        self.st.borrow_mut().jobs.push_back(entry);
+        self.fill();
+    }
+
     /// Issues reads into free slots, oldest job first, then settles what can settle.
     fn fill(self: &Rc<Self>) {
         loop {

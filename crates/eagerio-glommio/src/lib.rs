@@ -16,6 +16,16 @@
 //! what puts the read on the executor's io_uring submission queue; without it a glommio future
 //! does nothing at all.
 //!
+//! **Large gathers leave the executor's thread.** From
+//! [`PREPARE_ELSEWHERE`](eagerio_core::prepare::PREPARE_ELSEWHERE) (2,048) requests, the call
+//! only checks the requests and hands them to an `eagerio-prepare` thread, which plans them and
+//! copies the rows the page cache holds (milliseconds for tens of thousands of rows, which would
+//! otherwise stall every task of the executor). The planned job comes back to this executor
+//! through a channel; sending it wakes the executor, and a pumped future queues its reads as
+//! above. So a 40,000-row call returns in well under a millisecond, and its reads are queued
+//! when the executor next runs after the preparing thread is done, still without a poll of the
+//! gather future. Until then [`GlommioEngine::is_idle`] is false.
+//!
 //! **When the SQEs reach the kernel.** glommio hands queued requests to the kernel
 //! (`io_uring_enter`) when the executor polls its reactor, and it does that between task runs:
 //! as soon as the task that called `gather` returns control to the executor, by awaiting

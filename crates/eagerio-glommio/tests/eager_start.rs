@@ -131,3 +131,25 @@ fn sink_writes_queued_at_call_and_completed_without_polling() {
         assert!(on_disk.chunks(6000).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
     });
 }
+
+#[test]
+fn large_gather_prepared_off_the_executor_and_completed_without_polling() {
+    block_on(async {
+        let (hook, queued) = counter(IoKind::Read);
+        let opts = GlommioOptions::default().adaptive(false);
+        let Fixture { file, table, dir: _dir } = Fixture::hooked(64, opts, Some(hook)).await;
+        let ids: Vec<u64> = (0..eagerio_core::prepare::PREPARE_ELSEWHERE as u64).map(|i| i * 7 % 64).collect();
+        let fut = table.gather(&ids).unwrap();
+        // Planned on a preparing thread, the job comes back through this executor, which is
+        // busy with this task until it yields: nothing can be queued yet, and the engine knows a
+        // gather is on its way.
+        assert_eq!(queued.load(Ordering::SeqCst), 0, "a large gather must not be planned in the call");
+        assert_eq!(table.source().engine().in_flight(), 0);
+        assert!(!table.source().engine().is_idle());
+        // The preparing thread's hand-over wakes the executor; the gather future is never polled.
+        await_something_else_until(|| fut.is_settled()).await;
+        assert!(queued.load(Ordering::SeqCst) > 0);
+        assert_eq!(&fut.await.unwrap()[..], &common::rows(&file, 4096, &ids)[..]);
+        assert!(table.source().engine().is_idle());
+    });
+}
