@@ -65,7 +65,7 @@ impl Cell {
 }
 
 /// The best baseline's median rows/s in `group`.
-fn best_baseline(cells: &[Cell], group: &str) -> Option<f64> {
+pub fn best_baseline(cells: &[Cell], group: &str) -> Option<f64> {
     cells
         .iter()
         .filter(|c| c.group == group && c.family == Family::Baseline)
