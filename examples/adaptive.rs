@@ -34,20 +34,11 @@ fn ids(seed: u64, rows: u64) -> Vec<u64> {
     table::ids(seed ^ 0xADA, ROWS, rows)
 }
 
-/// Pages of `path` in the page cache (mincore over a fresh mapping).
+/// Pages of `path` in the page cache, and its pages in all.
 fn resident_pages(path: &Path) -> AnyResult<(u64, u64)> {
     let f = File::open(path)?;
-    let len = f.metadata()?.len() as usize;
-    // SAFETY: the table is not modified while this example runs.
-    let map = unsafe { memmap2::Mmap::map(&f)? };
-    let pages = len.div_ceil(4096);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: the mapping covers `len` bytes and `vec` has one byte per page.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, len, vec.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok((vec.iter().filter(|&&b| b & 1 == 1).count() as u64, pages as u64))
+    let pages = f.metadata()?.len().div_ceil(4096);
+    Ok((eagerio::core::sys::resident_bytes(&f)? / 4096, pages))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -4,7 +4,7 @@
 use std::{
     fs::File,
     io,
-    os::unix::{fs::MetadataExt, io::AsRawFd},
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::atomic::{AtomicU8, Ordering},
 };
@@ -189,28 +189,9 @@ fn status_kib(field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Bytes of `file` resident in the page cache (`mincore` over a fresh mapping).
+/// Bytes of `file` resident in the page cache (0 where they cannot be counted).
 pub fn resident_bytes(file: &File) -> u64 {
-    let len = match file.metadata() {
-        Ok(m) if m.len() > 0 => m.len() as usize,
-        _ => return 0,
-    };
-    // SAFETY: plain syscall.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    // SAFETY: a shared read-only mapping of an open file; it is unmapped below and never read.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
-    if p == libc::MAP_FAILED {
-        return 0;
-    }
-    let mut vec = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `p` maps `len` bytes; `vec` has one byte per page of it.
-    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
-    // SAFETY: unmaps exactly the mapping made above.
-    unsafe { libc::munmap(p, len) };
-    if rc != 0 {
-        return 0;
-    }
-    vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64
+    eagerio::core::sys::resident_bytes(file).unwrap_or(0)
 }
 
 /// One line about the machine: CPU, cores, memory, kernel, filesystem and device.

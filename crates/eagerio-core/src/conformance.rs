@@ -59,7 +59,7 @@ macro_rules! conformance_suite {
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
             sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
-            adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy);
+            adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy, adaptive_cold_gather_adds_no_page_cache);
     };
     (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
         $(
@@ -680,6 +680,26 @@ pub async fn adaptive_mapped_rows_skip_the_plan<B: Backend>(b: &B) {
         }
         other => panic!("a row past the cut: {:?}", other.map(|b| b.len())),
     }
+    wait_full(b, table.source()).await;
+}
+
+/// Adaptive mode on a cold table: every row is read around the page cache, so gathers (one
+/// prepared off the caller's thread, one in the call) leave the file's cached pages at 0.
+pub async fn adaptive_cold_gather_adds_no_page_cache<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (rows, rs) = (2048u64, 4096usize);
+    let (_d, path, file) = random_file(rs * rows as usize, &mut rng);
+    let cached = || crate::sys::resident_bytes(&File::open(&path).unwrap()).expect("count cached pages");
+    assert_eq!(cached(), 0, "the table starts evicted");
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: rs as u64, rows: None }).unwrap();
+    for n in [crate::prepare::PREPARE_ELSEWHERE + 100, 300] {
+        let ids: Vec<u64> = (0..n).map(|_| rng.gen_range(0..rows)).collect();
+        let got = table.gather(&ids).unwrap().await.unwrap();
+        assert_eq!(&got[..], &reference_rows(&file, rs, &ids)[..]);
+    }
+    let s = table.stats();
+    assert!(s.reads > 0 && s.resident == 0, "{s:?}");
+    assert_eq!(cached(), 0, "a cold gather added pages to the page cache: {s:?}");
     wait_full(b, table.source()).await;
 }
 

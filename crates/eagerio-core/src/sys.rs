@@ -194,6 +194,36 @@ pub fn evict(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes of `file` in the page cache: `mincore` over a fresh read-only mapping, which is never
+/// read (so counting adds no page).
+///
+/// # Errors
+/// If the file cannot be sized or mapped, or `mincore` fails.
+pub fn resident_bytes(file: &File) -> io::Result<u64> {
+    let len = usize::try_from(file.metadata()?.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if len == 0 {
+        return Ok(0);
+    }
+    // SAFETY: plain syscall.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // SAFETY: a new shared read-only mapping of an open file, at an address the kernel picks; it
+    // is unmapped below and never read, so a concurrent truncation cannot fault.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `p` maps `len` bytes; `vec` has one byte per page of them.
+    let rc = unsafe { libc::mincore(p, len, vec.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: unmaps exactly the mapping made above, which nothing else refers to.
+    unsafe { libc::munmap(p, len) };
+    if rc != 0 {
+        return Err(err);
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64)
+}
+
 /// Reads up to `buf.len()` bytes at `offset`, retrying short reads until end of file. With
 /// `direct_align > 1` it stops at a short read whose end is unaligned (that is end of file under
 /// `O_DIRECT`). Returns the bytes read.
