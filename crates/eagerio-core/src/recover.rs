@@ -58,14 +58,19 @@ mod imp {
         },
     };
 
-    // The copy, in three loops: 64 bytes a turn (four 16-byte loads, then four stores), then 16
-    // bytes a turn, then single bytes. Only the loads touch the source, and each loop advances
-    // its pointers after its stores, so a faulting load leaves `rsi`/`rdi`/`rdx` at the first
-    // byte not yet copied. The handler resumes a fault in the 64-byte loop at the 16-byte loop,
-    // one there at the byte loop, and one there at the fixup, which returns the bytes left: the
-    // copy stops exactly at the faulting byte, as the kernel's `copy_from_user` does. Plain
-    // loads, unlike `rep movsb`, let the CPU overlap the cache misses of neighbouring rows (and
-    // this machine's CPUs may lack fast `rep movsb`). `xmm0`-`xmm3` are caller-saved.
+    // The copy, in three steps: 64 bytes a turn (four 16-byte loads, then four stores); then 16
+    // bytes a turn, and a copy of at least 16 bytes ends with one 16-byte move of its last 16
+    // bytes (overlapping bytes already copied, so a 90-byte row takes 64 + 16 + 16 bytes, not ten
+    // single-byte turns); single bytes only for a copy shorter than 16. Only the loads touch
+    // the source, and each step advances its pointers after its stores, so a faulting load
+    // leaves `rsi`/`rdi`/`rdx` at the first byte not yet copied. The handler resumes a fault in
+    // the 64-byte loop at the 16-byte step, one there (or in the last move) at the byte loop,
+    // and one there at the fixup, which returns the bytes left: the copy stops exactly at the
+    // faulting byte, as the kernel's `copy_from_user` does. Plain loads, unlike `rep movsb`, let
+    // the CPU overlap the cache misses of neighbouring rows (and this machine's CPUs may lack
+    // fast `rep movsb`), and few instructions a row let it overlap more rows' misses: ten byte
+    // turns made 40,000 cached 90-byte rows take 1.5 ms longer than glibc's `memcpy`.
+    // `xmm0`-`xmm3` are caller-saved.
     std::arch::global_asm!(
         ".pushsection .text.eagerio_core_recover_copy,\"ax\",@progbits",
         ".p2align 4",
@@ -73,6 +78,8 @@ mod imp {
         ".hidden eagerio_core_recover_copy",
         ".type eagerio_core_recover_copy,@function",
         "eagerio_core_recover_copy:",
+        "cmp rdx, 16",
+        "jb 5f",
         "cmp rdx, 64",
         "jb 3f",
         "2:",
@@ -94,13 +101,21 @@ mod imp {
         ".hidden eagerio_core_recover_copy_mid",
         "eagerio_core_recover_copy_mid:",
         "cmp rdx, 16",
-        "jb 5f",
+        "jb 4f",
         "movdqu xmm0, [rsi]",
         "movdqu [rdi], xmm0",
         "add rsi, 16",
         "add rdi, 16",
         "sub rdx, 16",
         "jmp eagerio_core_recover_copy_mid",
+        // At least 16 bytes were copied: the last `rdx` (< 16) go with the 16 bytes ending there.
+        "4:",
+        "test rdx, rdx",
+        "jz 7f",
+        "movdqu xmm0, [rsi + rdx - 16]",
+        "movdqu [rdi + rdx - 16], xmm0",
+        "xor edx, edx",
+        "jmp 7f",
         "5:",
         ".globl eagerio_core_recover_copy_narrow",
         ".hidden eagerio_core_recover_copy_narrow",
@@ -272,7 +287,7 @@ mod tests {
     fn recover_copy_copies_every_length() {
         assert!(install());
         let src: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        for len in [0, 1, 7, 15, 16, 17, 63, 64, 65, 90, 4096, 10_000] {
+        for len in (0..=200).chain([4095, 4096, 4097, 10_000]) {
             let mut dst = vec![0u8; len];
             // SAFETY: both buffers hold `len` bytes and do not overlap.
             assert!(unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), len) });
@@ -282,19 +297,24 @@ mod tests {
 
     /// A copy that runs into a page past the file's end stops there instead of killing the
     /// process, with exactly the bytes before it copied, wherever the cut falls in the copy's
-    /// 64-byte, 16-byte and single-byte steps; the next copy works.
+    /// 64-byte, 16-byte, last-16-byte and single-byte steps; the next copy works.
     #[test]
     fn recover_copy_stops_at_a_cut_page() {
         assert!(install());
         let (_f, base) = cut_mapping();
-        for start in [0usize, 1, 15, 16, 17, 63, 64, 100, 4033, 4080, 4095] {
+        let long = [0usize, 1, 15, 16, 17, 63, 64, 100, 4033, 4080, 4095].map(|start| (4096 - start, 4097 - start));
+        // Short and row-sized copies with the cut at every byte of them.
+        let short = [1usize, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 90, 127, 128, 129]
+            .into_iter()
+            .flat_map(|len| (0..len).map(move |before| (before, len)));
+        for (before, len) in long.into_iter().chain(short) {
+            let start = 4096 - before;
             let mut dst = vec![0u8; 8192];
-            let before = 4096 - start;
             // SAFETY: `dst` holds 8192 bytes; the mapping is 8192 bytes, its second page past
-            // EOF, and `start + 4097 <= 8192`.
-            assert!(!unsafe { copy(dst.as_mut_ptr(), base.wrapping_add(start), before + 1) }, "from {start}");
-            assert!(dst[..before].iter().all(|&b| b == 9), "from {start}: the bytes before the cut are copied");
-            assert!(dst[before..].iter().all(|&b| b == 0), "from {start}: nothing past the cut is written");
+            // EOF, and `start + len <= 8192`.
+            assert!(!unsafe { copy(dst.as_mut_ptr(), base.wrapping_add(start), len) }, "{len} from {start}");
+            assert!(dst[..before].iter().all(|&b| b == 9), "{len} from {start}: the bytes before the cut are copied");
+            assert!(dst[before..].iter().all(|&b| b == 0), "{len} from {start}: nothing past the cut is written");
         }
         let mut dst = vec![0u8; 4096];
         // SAFETY: as above, within the first page only.
