@@ -18,7 +18,10 @@
 # path the rest does not cover: the 10,000-operation schedules, drops and load tests
 # (`reliability_*`), the proptest suites' 512-case runs (`plan_matches_naive_reference`,
 # `offsets_are_reserved_in_call_order` run with PROPTEST_CASES=16 instead), and the loom models
-# (built only under `--cfg eagerio_loom`).
+# (built only under `--cfg eagerio_loom`). Skipped because valgrind changes what it measures:
+# `adaptive_cold_gather_adds_no_page_cache` counts a table's cached pages through a fresh
+# mapping, and valgrind reads the head of every file mapped (looking for an ELF header), which
+# caches the table's first 16 KiB, so the table never looks evicted (it runs in the test suite).
 #
 # Why the io_uring (eagerio-uring) and glommio paths are excluded: the kernel writes the bytes
 # of a read into registered (and unregistered) staging buffers from kernel context, which
@@ -54,7 +57,7 @@ for b in $bins; do
   echo "=== valgrind $name"
   start=$(date +%s)
   if ! valgrind --tool=memcheck --error-exitcode=1 --leak-check=no --quiet --max-threads=4096 \
-      "$b" --test-threads=1 --skip reliability_ -q; then
+      "$b" --test-threads=1 --skip reliability_ --skip adaptive_cold_gather_adds_no_page_cache -q; then
     echo "!!! memcheck reported errors (or a test failed) in $name"
     status=1
   fi
