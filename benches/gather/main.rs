@@ -686,39 +686,40 @@ fn targets(w1: &[Cell], w3: &[sink::SinkCell], fio: Option<f64>) -> Vec<String> 
 /// The targets every row size has: cold against the best peer, warm against mmap, no page cache
 /// added by a cold gather, and the time inside the gather call.
 fn per_row_size_targets(w1: &[Cell]) -> Vec<String> {
-    let met = |ok: bool| if ok { "met" } else { "not met" };
-    let mut t = Vec::new();
-    let mut sizes: Vec<&str> = w1.iter().map(|c| c.params[1].as_str()).collect();
-    sizes.dedup();
-    let eager = |group: String| -> Vec<&Cell> {
-        w1.iter().filter(|c| c.group == group && c.family == Family::Eagerio && c.failed.is_none()).collect()
+    // One entry per measured eagerio backend of `group`: its method, the value `measure` gives
+    // it, and whether that meets the target.
+    let each = |group: &str, measure: &dyn Fn(&Cell) -> Option<(String, bool)>| -> String {
+        w1.iter()
+            .filter(|c| c.group == group && c.family == Family::Eagerio && c.failed.is_none())
+            .filter_map(|c| {
+                let (value, ok) = measure(c)?;
+                Some(format!("{} {value} ({})", c.method, if ok { "met" } else { "not met" }))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     };
     let group_of = |size: &str, cache: &str| {
         w1.iter().find(|c| c.params[1] == size && c.params[2] == cache).map(|c| c.group.clone()).unwrap_or_default()
     };
+    let mut sizes: Vec<&str> = w1.iter().map(|c| c.params[1].as_str()).collect();
+    sizes.dedup();
+    let mut t = Vec::new();
     for size in sizes {
         let cold = group_of(size, "cold");
         if let Some(best) = best_baseline(w1, &cold) {
-            let parts: Vec<String> = eager(cold.clone())
-                .iter()
-                .filter_map(|c| {
-                    let x = c.rows_per_s()? / best;
-                    let need = if c.method.contains("uring") { 1.2 } else { 1.1 };
-                    Some(format!("{} {x:.2}x ({})", c.method, met(x >= need)))
-                })
-                .collect();
+            let peers = each(&cold, &|c| {
+                let x = c.rows_per_s()? / best;
+                let need = if c.method.contains("uring") { 1.2 } else { 1.1 };
+                Some((format!("{x:.2}x"), x >= need))
+            });
             t.push(format!(
-                "cold {size}, every eagerio backend >= 1.1x the best peer's rows/s, uring >= 1.2x: {}",
-                parts.join("; ")
+                "cold {size}, every eagerio backend >= 1.1x the best peer's rows/s, uring >= 1.2x: {peers}"
             ));
-            let grew: Vec<String> = eager(cold.clone())
-                .iter()
-                .filter_map(|c| {
-                    let mb = c.median()?.cache_growth as f64 / 1e6;
-                    Some(format!("{} {mb:.1} MB ({})", c.method, met(mb < 0.1)))
-                })
-                .collect();
-            t.push(format!("cold {size}, a cold gather adds no page cache: {}", grew.join("; ")));
+            let grew = each(&cold, &|c| {
+                let mb = c.median()?.cache_growth as f64 / 1e6;
+                Some((format!("{mb:.1} MB"), mb < 0.1))
+            });
+            t.push(format!("cold {size}, a cold gather adds no page cache: {grew}"));
         }
         let warm = group_of(size, "warm");
         let mmap = w1
@@ -727,26 +728,19 @@ fn per_row_size_targets(w1: &[Cell]) -> Vec<String> {
             .filter_map(|c| c.median().map(|s| s.elapsed))
             .min();
         if let Some(mmap) = mmap {
-            let parts: Vec<String> = eager(warm.clone())
-                .iter()
-                .filter_map(|c| {
-                    let x = c.median()?.elapsed.as_secs_f64() / mmap.as_secs_f64();
-                    Some(format!("{} {x:.2}x ({})", c.method, met(x <= 1.5)))
-                })
-                .collect();
-            t.push(format!("warm {size}, <= 1.5x the faster mmap's time: {}", parts.join("; ")));
+            let times = each(&warm, &|c| {
+                let x = c.median()?.elapsed.as_secs_f64() / mmap.as_secs_f64();
+                Some((format!("{x:.2}x"), x <= 1.5))
+            });
+            t.push(format!("warm {size}, <= 1.5x the faster mmap's time: {times}"));
         }
-        for group in [cold, warm] {
-            let calls: Vec<String> = eager(group.clone())
-                .iter()
-                .filter_map(|c| {
-                    let ms = c.median()?.call?.as_secs_f64() * 1e3;
-                    Some(format!("{} {ms:.2} ms ({})", c.method, met(ms <= 1.0)))
-                })
-                .collect();
+        for (cache, group) in [("cold", &cold), ("warm", &warm)] {
+            let calls = each(group, &|c| {
+                let ms = c.median()?.call?.as_secs_f64() * 1e3;
+                Some((format!("{ms:.2} ms"), ms <= 1.0))
+            });
             if !calls.is_empty() {
-                let cache = w1.iter().find(|c| c.group == group).map_or("", |c| c.params[2].as_str());
-                t.push(format!("{cache} {size}, the gather call returns within 1 ms: {}", calls.join("; ")));
+                t.push(format!("{cache} {size}, the gather call returns within 1 ms: {calls}"));
             }
         }
     }
