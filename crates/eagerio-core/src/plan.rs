@@ -526,17 +526,14 @@ mod tests {
     /// chance; this reaches them every run.
     #[test]
     fn radix_sort_agrees_with_a_stable_sort() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            seed >> 33
-        };
+        use rand::{rngs::StdRng, Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(1);
         let req = |i: usize, off: u64, len: u64| Req { off, len, out: 0, idx: i as u32 };
         let descending_in_a_block: Vec<Req> = (0..400).map(|i| req(i, 1 << 20 | (399 - i as u64), 8)).collect();
         let descending_lengths: Vec<Req> = (0..400).map(|i| req(i, 4096 * (i as u64 % 3), 500 - i as u64)).collect();
         let mut cases = vec![descending_in_a_block, descending_lengths];
         for max in [6000u64, 1 << 31, 1 << 40] {
-            cases.push((0..1000).map(|i| req(i, next() % max, 1 + next() % 4)).collect());
+            cases.push((0..1000).map(|i| req(i, rng.gen_range(0..max), rng.gen_range(1..5))).collect());
         }
         for mut reqs in cases {
             let mut expected = reqs.clone();
