@@ -2,7 +2,9 @@
 //! imported from here, so the code loom checks under `--cfg eagerio_loom` is the production code.
 //!
 //! With the cfg off these are the `std` types; `UnsafeCell` gets loom's closure API
-//! (`with`/`with_mut`) so that call sites are the same in both builds.
+//! (`with`/`with_mut`) so that call sites are the same in both builds. Beside them, the few
+//! helpers every ledger uses to lock, wait and wake. This module is the ground floor: it imports
+//! nothing of the crate but the error type's panic message.
 
 #[cfg(eagerio_loom)]
 pub use loom::{
@@ -18,6 +20,8 @@ pub use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
+
+use std::task::Waker;
 
 /// Whether the current thread is unwinding from a panic: `std::thread::panicking()`.
 ///
@@ -72,5 +76,14 @@ pub fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     match cv.wait(g) {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Wakes `waker`, catching a panic inside it (logged). Wakers run on the thread that completes
+/// an operation (a lane, a worker); a panicking one must not unwind through the ledger's
+/// bookkeeping and leave other waiters unwoken.
+pub(crate) fn wake(waker: Waker) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
+        tracing::error!(panic = %crate::error::panic_message(&*payload), "a waker panicked; the panic was caught");
     }
 }

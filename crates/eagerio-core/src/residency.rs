@@ -74,7 +74,6 @@ use std::{
 
 use crate::plan::{Extent, Piece, Plan};
 use crate::recover;
-use crate::{backend::ReadEngine, Source};
 
 /// Largest `mincore` window, in pages.
 pub const WINDOW_PAGES: u64 = 1024;
@@ -641,19 +640,6 @@ fn major_faults() -> u64 {
     } else {
         0
     }
-}
-
-/// `source.adaptive()` when `on`; if the file cannot be mapped, logs why and returns the source
-/// without the adaptive mode (every row is then read by the engine).
-pub fn maybe_adaptive<E: ReadEngine>(source: Source<E>, on: bool) -> Source<E> {
-    if !on {
-        return source;
-    }
-    let mut source = source;
-    if let Err(e) = source.enable_adaptive() {
-        tracing::info!(error = %e, "adaptive gathers off: the file cannot be mapped");
-    }
-    source
 }
 
 #[cfg(all(test, not(eagerio_loom)))]

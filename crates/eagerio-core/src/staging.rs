@@ -20,8 +20,8 @@ use std::{
 use crate::error::{Error, Result};
 use crate::loom::{lock, wait, Arc, Condvar, Mutex, UnsafeCell};
 
-/// Alignment of the staging memory and of every slot.
-pub const STAGING_ALIGN: usize = 4096;
+/// Alignment of the staging memory and of every slot: defined with the syscalls that need it.
+pub use crate::sys::STAGING_ALIGN;
 
 /// Default staging per source: 8 MiB.
 pub const DEFAULT_STAGING_BYTES: usize = 8 << 20;
@@ -293,7 +293,7 @@ impl Drop for SlotLease {
             self.inner.freed.notify_one();
         }
         for w in wakers {
-            crate::gather::wake(w);
+            crate::loom::wake(w);
         }
     }
 }

@@ -16,7 +16,10 @@ use std::{
 };
 
 use crate::error::{Error, Result};
-use crate::staging::STAGING_ALIGN;
+
+/// Alignment of the staging memory and of every slot ([`crate::staging`]), and the largest
+/// logical block a direct read is aligned to: a page.
+pub const STAGING_ALIGN: usize = 4096;
 
 /// Whether gathers bypass the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

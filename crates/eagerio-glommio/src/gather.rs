@@ -196,7 +196,7 @@ impl GlommioEngine {
             st: RefCell::new(LaneState::default()),
         };
         let source = Source::new(GlommioEngine { lane: Rc::new(lane) }).with_max_gap(opts.max_gap);
-        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
+        Ok(source.maybe_adaptive(opts.adaptive))
     }
 
     /// Opens `path` as a table of fixed-size rows.

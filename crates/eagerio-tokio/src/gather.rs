@@ -144,7 +144,7 @@ impl TokioEngine {
                 queue: Mutex::default(),
             }),
         };
-        Ok(eagerio_core::residency::maybe_adaptive(Source::new(engine).with_max_gap(opts.max_gap), adaptive))
+        Ok(Source::new(engine).with_max_gap(opts.max_gap).maybe_adaptive(adaptive))
     }
 
     /// Opens `path` as a table of fixed-size rows.

@@ -22,7 +22,6 @@ use eagerio_core::{
 use crate::{
     lane::{FileIds, FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Release, Work},
     ring::{memlock_limit, Mode, SetupFlags, UringRing},
-    sink::UringWriter,
 };
 
 /// How a [`Driver`] is built: `DriverOptions::default().lanes(2).depth(256)`.
@@ -112,7 +111,7 @@ fn default_files() -> u32 {
 
 /// The user side of one lane.
 pub(crate) struct LaneHandle {
-    pub(crate) inbox: Arc<Inbox<UringWriter>>,
+    pub(crate) inbox: Arc<Inbox>,
     staging: Staging,
 }
 
@@ -341,7 +340,7 @@ impl Driver {
     }
 
     /// The lane a new sink writes through (round robin).
-    pub(crate) fn sink_lane(&self) -> Arc<Inbox<UringWriter>> {
+    pub(crate) fn sink_lane(&self) -> Arc<Inbox> {
         let lanes = &self.inner.lanes;
         lanes[self.inner.next_sink.fetch_add(1, Ordering::Relaxed) % lanes.len()].inbox.clone()
     }

@@ -154,7 +154,7 @@ impl UringEngine {
             split_threshold: opts.split_threshold.max(1),
         };
         let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
-        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
+        Ok(source.maybe_adaptive(opts.adaptive))
     }
 
     /// [`open_blocking`](Self::open_blocking) from async code: inside a tokio runtime the
@@ -216,7 +216,7 @@ impl UringEngine {
             split_threshold: usize::MAX,
         };
         let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
-        Ok(eagerio_core::residency::maybe_adaptive(source, opts.adaptive))
+        Ok(source.maybe_adaptive(opts.adaptive))
     }
 
     /// How gathers are served.

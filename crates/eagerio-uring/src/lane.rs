@@ -50,6 +50,7 @@ use std::{
     sync::{atomic, Arc},
 };
 
+use bytes::Bytes;
 use eagerio_core::{
     backend::{JobClaims, JobHandle, SlotLease, Staging, SyncOp, WriteEngine, WriteOp},
     fault::{self, Action, Hook, IoKind, IoPoint},
@@ -254,14 +255,59 @@ impl Release {
     }
 }
 
+/// A write a lane carries, whatever sink it came from: its bytes, where they go, and how to
+/// report it. Every sink's [`WriteOp`] is one, so neither the lane nor the driver that owns it
+/// names a writer type (the sink depends on the driver, not the reverse).
+pub trait LaneWrite: Send {
+    /// Where the bytes go.
+    fn offset(&self) -> u64;
+    /// The bytes: they stay where they are until [`complete`](Self::complete), so the kernel
+    /// may write from them meanwhile.
+    fn data(&self) -> &Bytes;
+    /// Reports the write's outcome to its sink.
+    fn complete(self: Box<Self>, result: io::Result<()>);
+}
+
+impl<W: WriteEngine> LaneWrite for WriteOp<W>
+where
+    WriteOp<W>: Send,
+{
+    fn offset(&self) -> u64 {
+        WriteOp::offset(self)
+    }
+
+    fn data(&self) -> &Bytes {
+        WriteOp::data(self)
+    }
+
+    fn complete(self: Box<Self>, result: io::Result<()>) {
+        WriteOp::complete(*self, result)
+    }
+}
+
+/// A sync a lane carries, whatever sink it came from: see [`LaneWrite`].
+pub trait LaneSync: Send {
+    /// Reports the sync's outcome to its sink.
+    fn complete(self: Box<Self>, result: io::Result<()>);
+}
+
+impl<W: WriteEngine> LaneSync for SyncOp<W>
+where
+    SyncOp<W>: Send,
+{
+    fn complete(self: Box<Self>, result: io::Result<()>) {
+        SyncOp::complete(*self, result)
+    }
+}
+
 /// Work for a lane.
-pub enum Work<W: WriteEngine> {
+pub enum Work {
     /// A gather job on a file: the lane holds one party of it.
     Gather(JobHandle, Arc<LaneFile>),
     /// A write to start.
-    Write(WriteOp<W>, Arc<LaneFile>),
+    Write(Box<dyn LaneWrite>, Arc<LaneFile>),
     /// A sync to start.
-    Sync(SyncOp<W>, Arc<LaneFile>),
+    Sync(Box<dyn LaneSync>, Arc<LaneFile>),
     /// Put a newly opened file in the ring's file table (queued before any work on it).
     Register(Arc<LaneFile>),
     /// Clear a closed file's table entry.
@@ -278,22 +324,22 @@ enum Phase {
     Stopped(String),
 }
 
-struct InboxState<W: WriteEngine> {
-    work: VecDeque<Work<W>>,
+struct InboxState {
+    work: VecDeque<Work>,
     phase: Phase,
 }
 
 /// The queue between the lane's users and its thread.
-pub struct Inbox<W: WriteEngine> {
-    state: Mutex<InboxState<W>>,
+pub struct Inbox {
+    state: Mutex<InboxState>,
     signal: Arc<Signal>,
     /// Extents of gathers queued or active on this lane (for choosing a lane).
     load: AtomicUsize,
 }
 
-impl<W: WriteEngine> Inbox<W> {
+impl Inbox {
     /// An empty inbox waking the lane through `notify`.
-    pub fn new(notify: Box<dyn Notify>) -> Inbox<W> {
+    pub fn new(notify: Box<dyn Notify>) -> Inbox {
         Inbox {
             state: Mutex::new(InboxState { work: VecDeque::new(), phase: Phase::Open }),
             signal: Arc::new(Signal { notify, cancelled: atomic::AtomicBool::new(false) }),
@@ -302,7 +348,7 @@ impl<W: WriteEngine> Inbox<W> {
     }
 
     /// Hands `work` to the lane and wakes it.
-    pub fn push(&self, work: Work<W>) {
+    pub fn push(&self, work: Work) {
         let mut st = lock(&self.state);
         if let Phase::Stopped(why) = &st.phase {
             let why = why.clone();
@@ -381,17 +427,17 @@ struct ReadOp {
 }
 
 /// A write the kernel owns: the bytes live in `op` until the completion is reaped.
-struct WriteInFlight<W: WriteEngine> {
-    op: WriteOp<W>,
+struct WriteInFlight {
+    op: Box<dyn LaneWrite>,
     file: Arc<LaneFile>,
     done: usize,
     retries: u8,
 }
 
-enum InFlight<W: WriteEngine> {
+enum InFlight {
     Read(ReadOp),
-    Write(WriteInFlight<W>),
-    Sync(SyncOp<W>, Arc<LaneFile>),
+    Write(WriteInFlight),
+    Sync(Box<dyn LaneSync>, Arc<LaneFile>),
     /// An `ASYNC_CANCEL`: it owns no buffer; its completion only frees its tag.
     Cancel,
 }
@@ -426,18 +472,18 @@ const SMALL_NEWCOMERS: usize = 3;
 pub const MAX_WRITE: usize = 1 << 30;
 
 /// The lane: a ring, a staging pool and the operations in flight.
-pub struct LaneCore<R: Ring, W: WriteEngine> {
+pub struct LaneCore<R: Ring> {
     ring: R,
     staging: Staging,
-    inbox: Arc<Inbox<W>>,
+    inbox: Arc<Inbox>,
     cfg: LaneConfig,
     /// Work taken from the inbox, swapped with its queue so the inbox's lock is held for a swap
     /// only (handling work can drop the last handle of a file, which pushes to the inbox).
-    incoming: VecDeque<Work<W>>,
+    incoming: VecDeque<Work>,
     jobs: Vec<Option<ActiveJob>>,
     next_job: usize,
-    writes: VecDeque<Work<W>>,
-    inflight: Vec<Option<InFlight<W>>>,
+    writes: VecDeque<Work>,
+    inflight: Vec<Option<InFlight>>,
     /// Per `inflight` index, the generation of the tag it holds (see [`tag`](Self::tag)).
     generations: Vec<u32>,
     free_tags: Vec<usize>,
@@ -453,9 +499,9 @@ pub struct LaneCore<R: Ring, W: WriteEngine> {
     reserve_room: usize,
 }
 
-impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
+impl<R: Ring> LaneCore<R> {
     /// A lane over `ring` reading into `staging`.
-    pub fn new(ring: R, staging: Staging, inbox: Arc<Inbox<W>>, cfg: LaneConfig) -> LaneCore<R, W> {
+    pub fn new(ring: R, staging: Staging, inbox: Arc<Inbox>, cfg: LaneConfig) -> LaneCore<R> {
         LaneCore {
             ring,
             staging,
@@ -577,7 +623,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
         (u64::from(self.generations[index]) << 32) | index as u64
     }
 
-    fn tag(&mut self, op: InFlight<W>) -> u64 {
+    fn tag(&mut self, op: InFlight) -> u64 {
         self.in_flight += 1;
         let index = match self.free_tags.pop() {
             Some(t) => {
@@ -611,7 +657,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
                         op.complete(Ok(()));
                         continue;
                     }
-                    let first = write_sqe(&op, file.file, 0);
+                    let first = write_sqe(&*op, file.file, 0);
                     let tag = self.tag(InFlight::Write(WriteInFlight { op, file, done: 0, retries: 0 }));
                     self.push(with_tag(first, tag))?;
                 }
@@ -772,7 +818,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     }
 
     /// A write's completion: continue a short write or retry `EAGAIN`, else complete the op.
-    fn complete_write(&mut self, mut write: WriteInFlight<W>, res: i32) {
+    fn complete_write(&mut self, mut write: WriteInFlight, res: i32) {
         let len = write.op.data().len();
         let retry = (res == -libc::EAGAIN || res == -libc::EINTR) && write.retries < RETRIES;
         if (res > 0 && write.done + (res as usize) < len) || retry {
@@ -781,7 +827,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
             } else {
                 write.retries += 1;
             }
-            let sqe = write_sqe(&write.op, write.file.file, write.done);
+            let sqe = write_sqe(&*write.op, write.file.file, write.done);
             let tag = self.tag(InFlight::Write(write));
             return self.push_or_fail(with_tag(sqe, tag), tag);
         }
@@ -831,12 +877,12 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
     }
 }
 
-impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
+impl<R: Ring> LaneCore<R> {
     /// After the loop failed: waits for the kernel, then fails every job and write it held.
     pub fn abandon(&mut self, why: &str) {
         self.drain();
         for job in self.jobs.drain(..).flatten() {
-            stopped::<W>(why, Work::Gather(job.handle, job.file));
+            stopped(why, Work::Gather(job.handle, job.file));
         }
         for w in self.writes.drain(..) {
             stopped(why, w);
@@ -845,7 +891,7 @@ impl<R: Ring, W: WriteEngine> LaneCore<R, W> {
 }
 
 /// Fails work handed to a lane that has stopped.
-fn stopped<W: WriteEngine>(why: &str, work: Work<W>) {
+fn stopped(why: &str, work: Work) {
     let source = io::Error::other(why.to_string());
     match work {
         Work::Gather(job, file) => {
@@ -858,7 +904,7 @@ fn stopped<W: WriteEngine>(why: &str, work: Work<W>) {
     }
 }
 
-impl<R: Ring, W: WriteEngine> Drop for LaneCore<R, W> {
+impl<R: Ring> Drop for LaneCore<R> {
     fn drop(&mut self) {
         // Whatever the reason the lane stops (closed inbox, ring error, a panic unwinding through
         // `run`), the kernel's operations complete before the staging or the ring is freed.
@@ -877,7 +923,7 @@ fn with_tag(sqe: Sqe, tag: u64) -> Sqe {
 
 /// The `WRITE` of `op`'s bytes from `done` on: at most [`MAX_WRITE`] of them (tag 0, for
 /// [`with_tag`]).
-fn write_sqe<W: WriteEngine>(op: &WriteOp<W>, file: FileRef, done: usize) -> Sqe {
+fn write_sqe(op: &dyn LaneWrite, file: FileRef, done: usize) -> Sqe {
     let rest = &op.data()[done..];
     let len = rest.len().min(MAX_WRITE) as u32;
     Sqe::Write { tag: 0, file, ptr: rest.as_ptr(), len, offset: op.offset() + done as u64 }

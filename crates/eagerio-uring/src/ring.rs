@@ -372,7 +372,6 @@ mod tests {
 
     use eagerio_core::{
         backend::{JobHandle, ReadEngine, Staging},
-        mem::MemEngine,
         Error, FileInfo, Source,
     };
 
@@ -381,7 +380,7 @@ mod tests {
 
     struct PipeEngine {
         info: FileInfo,
-        inbox: Arc<Inbox<MemEngine>>,
+        inbox: Arc<Inbox>,
         file: Arc<LaneFile>,
     }
 

@@ -31,7 +31,7 @@ eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool } s
 
 enum Kind {
     /// Writes go through a lane of the driver.
-    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox<UringWriter>>, driver: Driver },
+    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox>, driver: Driver },
     /// io_uring was refused: writes run on tokio's blocking pool.
     Tokio(Arc<BlockingFile>),
 }
@@ -129,14 +129,14 @@ impl WriteEngine for UringWriter {
 
     fn submit_write(&self, op: WriteOp<Self>) {
         match &*self.kind {
-            Kind::Lane { file, inbox, .. } => inbox.push(Work::Write(op, file.clone())),
+            Kind::Lane { file, inbox, .. } => inbox.push(Work::Write(Box::new(op), file.clone())),
             Kind::Tokio(file) => file.write(op),
         }
     }
 
     fn submit_sync(&self, op: SyncOp<Self>) {
         match &*self.kind {
-            Kind::Lane { file, inbox, .. } => inbox.push(Work::Sync(op, file.clone())),
+            Kind::Lane { file, inbox, .. } => inbox.push(Work::Sync(Box::new(op), file.clone())),
             Kind::Tokio(file) => file.sync(op),
         }
     }

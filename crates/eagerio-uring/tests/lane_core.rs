@@ -261,8 +261,8 @@ impl WriteEngine for CaptureWrites {
 struct Rig {
     file: Arc<Vec<u8>>,
     kernel: Arc<Mutex<Kernel>>,
-    inbox: Arc<Inbox<CaptureWrites>>,
-    lane: LaneCore<AnyRing, CaptureWrites>,
+    inbox: Arc<Inbox>,
+    lane: LaneCore<AnyRing>,
     src: Source<Capture>,
     jobs: Arc<Mutex<Vec<JobHandle>>>,
     /// The lane's staging pool (shared: a test can hold slots).
@@ -286,7 +286,7 @@ impl Rig {
         let jobs = Arc::new(Mutex::new(Vec::new()));
         let src = Source::new(Capture(info, jobs.clone())).with_max_gap(0);
         let kernel = Arc::new(Mutex::new(Kernel::default()));
-        let inbox: Arc<Inbox<CaptureWrites>> = Arc::new(Inbox::new(Box::new(NoNotify)));
+        let inbox: Arc<Inbox> = Arc::new(Inbox::new(Box::new(NoNotify)));
         let held = HeldRing { file: file.clone(), kernel: kernel.clone() };
         let ring = AnyRing { ring: held, cancels };
         let staging = Staging::new(slots * SLOT, SLOT).unwrap();
@@ -423,7 +423,7 @@ fn lane_core_never_exceeds_its_depth() {
     let sink = Sink::new(engine.clone(), SinkOptions::default()).unwrap();
     let futs: Vec<_> = (0..6u64).map(|k| sink.write_at(k * 100, bytes::Bytes::from(vec![k as u8; 100]))).collect();
     for op in engine.0.lock().unwrap().drain(..) {
-        rig.inbox.push(Work::Write(op, file.clone()));
+        rig.inbox.push(Work::Write(Box::new(op), file.clone()));
     }
     let (fut, ranges) = rig.gather(0..20, &file);
     rig.lane.turn(false).unwrap();
@@ -447,12 +447,12 @@ fn lane_core_sync_errors_reach_the_sync_future() {
         let write = sink.append(bytes::Bytes::from_static(b"row"));
         let flush = sink.sync();
         for op in engine.0.lock().unwrap().drain(..) {
-            rig.inbox.push(Work::Write(op, file.clone()));
+            rig.inbox.push(Work::Write(Box::new(op), file.clone()));
         }
         rig.lane.turn(false).unwrap();
         futures::executor::block_on(write).unwrap();
         for op in engine.1.lock().unwrap().drain(..) {
-            rig.inbox.push(Work::Sync(op, file.clone()));
+            rig.inbox.push(Work::Sync(Box::new(op), file.clone()));
         }
         lock(&rig.kernel).sync_result = result;
         rig.lane.turn(false).unwrap();
@@ -517,7 +517,7 @@ fn lane_core_retries_and_continues_writes() {
         lock(&rig.kernel).write_results.extend(results);
         let fut = sink.append(bytes::Bytes::from_static(data));
         for op in engine.0.lock().unwrap().drain(..) {
-            rig.inbox.push(Work::Write(op, file.clone()));
+            rig.inbox.push(Work::Write(Box::new(op), file.clone()));
         }
         for _ in 0..20 {
             rig.lane.turn(false).unwrap();
@@ -547,7 +547,7 @@ fn lane_core_write_hook_caps_are_short_writes() {
     let whole = sink.append(bytes::Bytes::from_static(&[1; 50]));
     let cut = sink.append(bytes::Bytes::from_static(&[2; 100]));
     for op in engine.0.lock().unwrap().drain(..) {
-        rig.inbox.push(Work::Write(op, file.clone()));
+        rig.inbox.push(Work::Write(Box::new(op), file.clone()));
     }
     for _ in 0..4 {
         rig.lane.turn(false).unwrap();

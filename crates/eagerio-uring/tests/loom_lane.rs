@@ -29,7 +29,6 @@ use bytes::Bytes;
 use eagerio_core::{
     backend::{JobHandle, ReadEngine, Staging},
     fault::{Action, Hook, IoKind},
-    mem::MemEngine,
     Error, FileInfo, Source,
 };
 use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work};
@@ -173,7 +172,7 @@ fn kernel(sim: Arc<Sim>, staging: Staging, data: Arc<Vec<u8>>, mode: Kernel) {
 /// The user side of the model's lane: `submit` hands the job to the inbox.
 struct LaneEngine {
     info: FileInfo,
-    inbox: Arc<Inbox<MemEngine>>,
+    inbox: Arc<Inbox>,
     file: Arc<LaneFile>,
 }
 

@@ -21,10 +21,7 @@ use std::{
 };
 
 use eagerio_core::{backend::Staging, FileInfo, Source};
-use eagerio_uring::{
-    lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Ring, Sqe, Work},
-    UringWriter,
-};
+use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Ring, Sqe, Work};
 
 #[path = "support/lane_rig.rs"]
 mod lane_rig;
@@ -77,7 +74,7 @@ fn lane_never_sleeps_with_claimable_extents_and_nothing_in_flight() {
     let b = src.gather_ranges(&[0..10, 8192..8202, 16384..16394, 24576..24586, 32768..32778]).unwrap();
     let a = src.gather_ranges(&[std::ops::Range { start: 49152, end: 49162 }]).unwrap();
     let staging = Staging::new(3 * SLOT, SLOT).unwrap();
-    let inbox: Arc<Inbox<UringWriter>> = Arc::new(Inbox::new(Box::new(NoNotify)));
+    let inbox: Arc<Inbox> = Arc::new(Inbox::new(Box::new(NoNotify)));
     let lane_file = Arc::new(LaneFile::new(FileRef { id: None, fd: -1 }, 1, PathBuf::from("t"), None));
     for job in jobs.lock().unwrap().drain(..) {
         inbox.push(Work::Gather(job, lane_file.clone()));

@@ -1,0 +1,573 @@
+//! The user's handles and traits: [`Source`] (a file gathered by byte ranges), [`RowTable`] (by
+//! row id), and the object-safe faces every backend's sources show, [`Gather`] and
+//! [`GatherRows`].
+//!
+//! A gather call checks its requests (every bad request is an error here, before any I/O),
+//! then either plans and starts it in the call or, for a large one on an engine that takes jobs
+//! from any thread, hands it to a preparing thread ([`crate::prepare`]). Starting means: plan,
+//! copy what the page cache holds (adaptive mode, [`crate::residency`]), and give the rest to the
+//! ledger ([`GatherJob::launch`](super::GatherJob)). This file may touch the planner, residency,
+//! the preparing thread and the ledger's constructor; the job's accounting is the ledger's.
+
+use std::{
+    ops::Range,
+    path::Path,
+    sync::Arc as StdArc,
+    time::{Duration, Instant},
+};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::{Error, Op, Result};
+use crate::loom::Arc;
+use crate::plan::{Plan, PlanOptions};
+use crate::residency::{Residency, Served};
+use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
+
+use super::engine::{FileInfo, ReadEngine};
+use super::future::{split, whole, GatherFuture, Preparing};
+use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets};
+
+/// A file served by a [`ReadEngine`], gathered by byte ranges.
+#[derive(Debug, Clone)]
+pub struct Source<E> {
+    engine: E,
+    opts: PlanOptions,
+    stats: StdArc<SourceStats>,
+    residency: Option<StdArc<Residency>>,
+    timeout: Option<Duration>,
+}
+
+/// Default read-amplification bound: two extents closer than this are read as one.
+pub const DEFAULT_MAX_GAP: u64 = 4096;
+
+impl<E: ReadEngine> Source<E> {
+    /// Wraps an engine, with the default gap bound.
+    pub fn new(engine: E) -> Source<E> {
+        let info = engine.info();
+        let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
+        let stats = StdArc::new(SourceStats::new(&info.path));
+        Source { engine, opts, stats, residency: None, timeout: None }
+    }
+
+    /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
+    /// copied from a read-only mapping of the file while the gather is started (in the call, or
+    /// on a preparing thread for a large gather), and only the misses
+    /// go to the engine (see [`residency`](crate::residency)). Counted in
+    /// [`GatherStats::resident`].
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened or mapped.
+    pub fn adaptive(mut self) -> Result<Source<E>> {
+        self.enable_adaptive()?;
+        Ok(self)
+    }
+
+    /// [`adaptive`](Self::adaptive) in place; on error the source is unchanged.
+    ///
+    /// # Errors
+    /// As [`adaptive`](Self::adaptive).
+    pub fn enable_adaptive(&mut self) -> Result<()> {
+        let info = self.engine.info();
+        let io = |source| Error::open(&info.path, source);
+        let file = std::fs::File::open(&info.path).map_err(io)?;
+        self.residency = Some(StdArc::new(Residency::map(&file, info.len).map_err(io)?));
+        Ok(())
+    }
+
+    /// [`adaptive`](Self::adaptive) when `on`; if the file cannot be mapped, logs why and returns
+    /// the source without the adaptive mode (every row is then read by the engine). For a
+    /// backend's `adaptive` option.
+    pub fn maybe_adaptive(mut self, on: bool) -> Source<E> {
+        if on {
+            if let Err(e) = self.enable_adaptive() {
+                tracing::info!(error = %e, "adaptive gathers off: the file cannot be mapped");
+            }
+        }
+        self
+    }
+
+    /// Adaptive mode: drops the source mapping's page-table entries so that evicting the file
+    /// (`posix_fadvise(DONTNEED)`, `drop_caches`) takes every page (see
+    /// [`residency`](crate::residency)). Nothing to do otherwise.
+    pub fn unmap_resident(&self) {
+        if let Some(r) = &self.residency {
+            r.unmap_pages();
+        }
+    }
+
+    /// Whether the adaptive mode is on.
+    pub fn is_adaptive(&self) -> bool {
+        self.residency.is_some()
+    }
+
+    /// Sets the largest hole read to join two extents (the read-amplification bound).
+    pub fn with_max_gap(mut self, max_gap: u64) -> Source<E> {
+        self.opts.max_gap = max_gap;
+        self
+    }
+
+    /// Gives every gather of this source a deadline `timeout` after its call
+    /// ([`GatherFuture::with_timeout`]); a gather still running then resolves with
+    /// [`Error::TimedOut`]. A gather's own [`with_deadline`](GatherFuture::with_deadline)
+    /// replaces it.
+    pub fn with_timeout(mut self, timeout: Duration) -> Source<E> {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// A table of fixed-size rows over this source.
+    ///
+    /// # Errors
+    /// As [`RowTable::new`].
+    pub fn rows(self, layout: RowLayout) -> Result<RowTable<E>> {
+        RowTable::new(self, layout)
+    }
+
+    /// The plan options the next gather is planned with: the source's, with the engine's
+    /// measured gap bound where it gives one ([`ReadEngine::max_gap`]).
+    pub fn plan_options(&self) -> PlanOptions {
+        match self.engine.max_gap() {
+            Some(max_gap) => PlanOptions { max_gap, ..self.opts },
+            None => self.opts,
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &E {
+        &self.engine
+    }
+
+    /// The file.
+    pub fn info(&self) -> &FileInfo {
+        self.engine.info()
+    }
+
+    /// Totals over every gather of this source.
+    pub fn stats(&self) -> SourceTotals {
+        self.stats.snapshot()
+    }
+
+    /// This source's latency histograms: time in the gather call, queued before the first read,
+    /// per read, and per gather.
+    pub fn latencies(&self) -> SourceLatencies {
+        self.stats.latencies()
+    }
+
+    /// Gathers byte ranges; the future yields one `Bytes` per range, in request order.
+    ///
+    /// The reads are submitted before this returns, or at once by a preparing thread (see the
+    /// [module docs](super)).
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
+    /// file's length (as it was at open).
+    pub fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        self.gather_ranges_into(ranges, BytesMut::new())
+    }
+
+    /// [`gather_ranges`](Self::gather_ranges) into a caller's buffer, reused when its capacity
+    /// suffices (recover it from a result with `Bytes::try_into_mut`).
+    ///
+    /// # Errors
+    /// As [`gather_ranges`](Self::gather_ranges).
+    pub fn gather_ranges_into(&self, ranges: &[Range<u64>], out: BytesMut) -> Result<GatherFuture<Vec<Bytes>>> {
+        let info = self.engine.info();
+        let mut requests = Vec::with_capacity(ranges.len());
+        for (index, r) in ranges.iter().enumerate() {
+            let reason = if r.start > r.end {
+                Some("the range is inverted")
+            } else if r.start == r.end {
+                Some("the range is empty")
+            } else if r.end > info.len {
+                Some("the range ends past the end of the file")
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(Error::InvalidRange { index, start: r.start, end: r.end, reason, path: info.path.clone() });
+            }
+            requests.push((r.start, r.end - r.start));
+        }
+        self.submit(requests, Targets::Ranges, out, split)
+    }
+
+    /// Starts a gather of `requests`: in this call, or, for a large one on an engine that takes
+    /// jobs from any thread, on a preparing thread after checking the requests here.
+    fn submit<T>(
+        &self,
+        requests: Vec<(u64, u64)>,
+        targets: Targets,
+        out: BytesMut,
+        finish: fn(Bytes, &GatherJob) -> T,
+    ) -> Result<GatherFuture<T>> {
+        let started = Instant::now();
+        let start = Start {
+            opts: self.plan_options(),
+            residency: self.residency.clone(),
+            stats: self.stats.clone(),
+            path: StdArc::from(self.engine.info().path.as_path()),
+            span: tracing::Span::current(),
+            elsewhere: false,
+        };
+        let deadline = self.timeout.map(|t| started + t);
+        let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
+        let Some(remote) = remote else {
+            // The job records its submit time as the call's when it settles.
+            let job = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
+            return Ok(GatherFuture::of_job(job, finish, deadline));
+        };
+        Plan::check(&requests, &start.opts)?;
+        let start = Start { elsewhere: true, ..start };
+        let preparing = Preparing::new(started, requests.len() as u64, targets.what(), start.path.clone(), deadline);
+        let slot = preparing.clone();
+        crate::prepare::run(Box::new(move || {
+            if let Some(how) = slot.abandoned() {
+                // The future is gone already: nothing to plan or read.
+                let stats = GatherStats { requested: requests.len() as u64, ..GatherStats::default() };
+                start.stats.record(&stats, how == Ending::TIMED_OUT);
+                return;
+            }
+            let path = start.path.clone();
+            let run = std::panic::AssertUnwindSafe(|| start.run(requests, targets, out, started, |h| remote(h)));
+            let result = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
+                Err(Error::Panicked {
+                    op: Op::Read,
+                    path: path.to_path_buf(),
+                    offset: None,
+                    target: None,
+                    message: crate::error::panic_message(&*payload),
+                })
+            });
+            slot.deliver(result);
+        }));
+        self.stats.record_call(started.elapsed());
+        Ok(GatherFuture::of_preparing(preparing, finish))
+    }
+}
+
+/// What starting a gather needs from its source, apart from the engine: sent to a preparing
+/// thread for a large gather.
+struct Start {
+    opts: PlanOptions,
+    residency: Option<StdArc<Residency>>,
+    stats: StdArc<SourceStats>,
+    path: StdArc<Path>,
+    /// The caller's span, the parent of the gather's (also on a preparing thread).
+    span: tracing::Span,
+    /// On a preparing thread, not in the call.
+    elsewhere: bool,
+}
+
+impl Start {
+    /// Plans the gather, copies its page-cache-resident pieces (adaptive mode), builds the job,
+    /// and hands it to `submit` unless the cache served it all.
+    fn run(
+        self,
+        requests: Vec<(u64, u64)>,
+        targets: Targets,
+        mut out: BytesMut,
+        started: Instant,
+        submit: impl FnOnce(JobHandle),
+    ) -> Result<Arc<GatherJob>> {
+        let (plan, copied) = match self.copy_mapped(&requests, &mut out)? {
+            Some(copied) => copied,
+            None => {
+                let plan = Plan::new(&requests, &self.opts)?;
+                self.reserve(&mut out, plan.out_len());
+                (plan, Served::default())
+            }
+        };
+        let (order, done, resident, faults) = self.serve_resident(&plan, out.as_mut_ptr(), copied);
+        let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
+            extents = plan.extents().len(), bytes = plan.out_len(), resident);
+        let (path, stats, elsewhere) = (self.path, self.stats, self.elsewhere);
+        let new = NewJob {
+            plan,
+            requests,
+            targets,
+            path,
+            out,
+            order,
+            done,
+            resident,
+            faults,
+            started,
+            stats,
+            elsewhere,
+            span,
+        };
+        Ok(GatherJob::launch(new, submit))
+    }
+
+    /// Makes `out` empty with room for `len` bytes.
+    fn reserve(&self, out: &mut BytesMut, len: u64) {
+        out.clear();
+        out.reserve(len as usize);
+        if !self.elsewhere {
+            // Not on a preparing thread: there the huge pages a caller's thread freed sit in that
+            // CPU's free lists, and faulting fresh ones in made warm 4 KiB gathers 1.3-4x slower
+            // (the kernel compacts memory to find them), where 4 KiB pages cost nothing extra.
+            crate::sys::huge_pages(out.as_mut_ptr(), out.capacity());
+        }
+    }
+
+    /// Adaptive mode, before planning: copies the requests whose every byte lies on a page the
+    /// source's mapping already maps (a warm table's rows asked for again) to `out` in request
+    /// order, as a loop over an mmap would, and plans only the others. Returns that plan and
+    /// what the copy served. `None` sends the whole gather to the planner: no mapping, mostly
+    /// requests not mapped, or a file cut during the copy.
+    fn copy_mapped(&self, requests: &[(u64, u64)], out: &mut BytesMut) -> Result<Option<(Plan, Served)>> {
+        let Some(r) = &self.residency else { return Ok(None) };
+        if !self.elsewhere {
+            // On a preparing thread the call checked them already.
+            Plan::check(requests, &self.opts)?;
+        }
+        let Some((len, missing)) = r.split_mapped(requests) else { return Ok(None) };
+        self.reserve(out, len);
+        // SAFETY: `out` has room for the requests' total length, reserved above, and no party
+        // exists yet, so nothing else touches it; `split_mapped` checked that every request not
+        // missing ends within the file, which lies within the mapping.
+        let Some(copied) = (unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr()) }) else { return Ok(None) };
+        Ok(Some((Plan::missing(requests, &missing, len, &self.opts), copied)))
+    }
+
+    /// Adaptive mode: copies the resident extents' pieces to `out` and returns the extents left
+    /// for the engine, how many were served, and the rows served and the faults taken, counting
+    /// those of the rows `copied` before planning.
+    fn serve_resident(&self, plan: &Plan, out: *mut u8, copied: Served) -> (Option<Vec<u32>>, usize, u64, u64) {
+        let Some(r) = self.residency.as_ref().filter(|_| !plan.extents().is_empty()) else {
+            return (None, 0, copied.rows, copied.faults);
+        };
+        // SAFETY: `out` has room for the plan's output (reserved by the caller) and no party
+        // exists yet, so nothing else touches it.
+        let served = unsafe { r.serve(plan, out) }.and(copied);
+        let misses = (served.extents > 0)
+            .then(|| (0..plan.extents().len() as u32).filter(|&i| !served.resident[i as usize]).collect());
+        (misses, served.extents, served.rows, served.faults)
+    }
+}
+
+/// The layout of a table of fixed-size rows in a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowLayout {
+    /// File offset of row 0.
+    pub base: u64,
+    /// Bytes per row.
+    pub row_size: u64,
+    /// Row count; `None` takes as many whole rows as the file holds after `base`.
+    pub rows: Option<u64>,
+}
+
+/// A table of fixed-size rows, gathered by row id.
+#[derive(Debug, Clone)]
+pub struct RowTable<E> {
+    source: Source<E>,
+    base: u64,
+    row_size: u64,
+    rows: u64,
+}
+
+impl<E: ReadEngine> RowTable<E> {
+    /// A row table over `source`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] for a zero row size or a row count whose rows would end past
+    /// `u64::MAX`. A row count larger than the file allows is accepted (the file may grow); reads
+    /// past its end are short reads.
+    pub fn new(source: Source<E>, layout: RowLayout) -> Result<RowTable<E>> {
+        if layout.row_size == 0 {
+            return Err(Error::invalid_option("row_size", "rows must have at least one byte"));
+        }
+        if layout.row_size > source.opts.max_read.max(1 << 30) {
+            return Err(Error::invalid_option("row_size", format!("{} bytes is larger than 1 GiB", layout.row_size)));
+        }
+        let len = source.info().len;
+        let rows = layout.rows.unwrap_or(len.saturating_sub(layout.base) / layout.row_size);
+        if rows.checked_mul(layout.row_size).and_then(|b| b.checked_add(layout.base)).is_none() {
+            return Err(Error::invalid_option("rows", format!("{rows} rows of {} bytes overflow", layout.row_size)));
+        }
+        Ok(RowTable { source, base: layout.base, row_size: layout.row_size, rows })
+    }
+
+    /// Gives every gather of this table a deadline `timeout` after its call
+    /// ([`Source::with_timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> RowTable<E> {
+        self.source = self.source.with_timeout(timeout);
+        self
+    }
+
+    /// The source underneath.
+    pub fn source(&self) -> &Source<E> {
+        &self.source
+    }
+
+    /// Row count.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Bytes per row.
+    pub fn row_size(&self) -> u64 {
+        self.row_size
+    }
+
+    /// Totals over every gather of this table's source.
+    pub fn stats(&self) -> SourceTotals {
+        self.source.stats()
+    }
+
+    /// The latency histograms of this table's source ([`Source::latencies`]).
+    pub fn latencies(&self) -> SourceLatencies {
+        self.source.latencies()
+    }
+
+    /// Gathers `rows` (any order, duplicates allowed); the future yields one `Bytes` holding the
+    /// rows back to back in request order.
+    ///
+    /// The reads are submitted before this returns, or at once by a preparing thread; see the
+    /// [module docs](super) for what that costs the caller and what dropping the future does.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end and the row
+    /// count.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn f<E: eagerio_core::backend::ReadEngine>(table: eagerio_core::RowTable<E>) -> eagerio_core::Result<()> {
+    /// let bytes = table.gather(&[7, 3, 7])?.await?;
+    /// assert_eq!(bytes.len() as u64, 3 * table.row_size());
+    /// # Ok(()) }
+    /// ```
+    pub fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>> {
+        self.gather_into(rows, BytesMut::new())
+    }
+
+    /// [`gather`](Self::gather) into a caller's buffer, reused when its capacity suffices
+    /// (recover it from a result with `Bytes::try_into_mut`).
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather).
+    pub fn gather_into(&self, rows: &[u64], out: BytesMut) -> Result<GatherFuture<Bytes>> {
+        let mut requests = Vec::with_capacity(rows.len());
+        for &row in rows {
+            if row >= self.rows {
+                return Err(Error::RowOutOfRange { row, rows: self.rows, path: self.source.info().path.clone() });
+            }
+            requests.push((self.base + row * self.row_size, self.row_size));
+        }
+        self.source.submit(requests, Targets::Rows(rows.to_vec()), out, whole)
+    }
+}
+
+/// Byte ranges of one file or object, gathered eagerly: the face every backend's sources show
+/// users. Object-safe: choose a backend at run time and hold an `Arc<dyn Gather + Send + Sync>`.
+///
+/// Implemented by every [`Source`] and [`RowTable`]. An implementation of your own (a cache, a
+/// router over shards) starts its I/O in [`gather_ranges`](Self::gather_ranges), before it
+/// returns, and answers with [`GatherFuture::ready`] or [`GatherFuture::from_future`].
+pub trait Gather {
+    /// Starts reading `ranges`; the future yields one `Bytes` per range, in request order.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
+    /// end.
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>>;
+
+    /// The file or object: its name in errors and its length.
+    fn info(&self) -> &FileInfo;
+
+    /// Totals over every gather so far.
+    fn totals(&self) -> SourceTotals;
+
+    /// Latency histograms so far (empty unless the implementation keeps them).
+    fn latencies(&self) -> SourceLatencies {
+        SourceLatencies::default()
+    }
+}
+
+/// A table of fixed-size rows, gathered eagerly by row id: the row face of [`Gather`].
+/// Object-safe: `Arc<dyn GatherRows + Send + Sync>`.
+///
+/// Implemented by every [`RowTable`]. An implementation of your own starts its I/O in
+/// [`gather`](Self::gather), before it returns.
+pub trait GatherRows {
+    /// Starts reading `rows` (any order, duplicates allowed); the future yields them back to
+    /// back in request order.
+    ///
+    /// # Errors
+    /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end.
+    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>>;
+
+    /// Bytes per row.
+    fn row_size(&self) -> u64;
+
+    /// Row count.
+    fn rows(&self) -> u64;
+
+    /// Totals over every gather so far.
+    fn totals(&self) -> SourceTotals;
+
+    /// Latency histograms so far (empty unless the implementation keeps them).
+    fn latencies(&self) -> SourceLatencies {
+        SourceLatencies::default()
+    }
+}
+
+impl<E: ReadEngine> Gather for Source<E> {
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        Source::gather_ranges(self, ranges)
+    }
+
+    fn info(&self) -> &FileInfo {
+        Source::info(self)
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
+    }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
+    }
+}
+
+impl<E: ReadEngine> Gather for RowTable<E> {
+    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
+        self.source.gather_ranges(ranges)
+    }
+
+    fn info(&self) -> &FileInfo {
+        self.source.info()
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
+    }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
+    }
+}
+
+impl<E: ReadEngine> GatherRows for RowTable<E> {
+    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>> {
+        RowTable::gather(self, rows)
+    }
+
+    fn row_size(&self) -> u64 {
+        self.row_size
+    }
+
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn totals(&self) -> SourceTotals {
+        self.stats()
+    }
+
+    fn latencies(&self) -> SourceLatencies {
+        Self::latencies(self)
+    }
+}
