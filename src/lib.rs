@@ -25,8 +25,8 @@ mod open;
 
 pub use eagerio_core as core;
 pub use eagerio_core::{
-    DataSink, Error, Gather, GatherFuture, GatherRows, GatherStats, Result, RowLayout, RowTable, SinkOptions,
-    SinkStats, Source, SourceTotals, Target, WriteFuture,
+    DataSink, Error, Gather, GatherFuture, GatherRows, GatherStats, GatherStream, Result, RowLayout, RowTable,
+    SinkOptions, SinkStats, Source, SourceTotals, Target, WriteFuture,
 };
 pub use open::{open, open_rows, OpenOptions};
 

@@ -59,7 +59,8 @@ macro_rules! conformance_suite {
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
             sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
             sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
-            adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy, adaptive_cold_gather_adds_no_page_cache);
+            adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy, adaptive_cold_gather_adds_no_page_cache,
+            stream_yields_every_request_once, stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed);
     };
     (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
         $(
@@ -104,8 +105,26 @@ async fn wait_full<B: Backend>(b: &B, src: &Source<B::Engine>) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !b.staging_full(src) {
         assert!(Instant::now() < deadline, "staging did not return to full: a slot leaked");
+        // A thread-per-core backend's tasks run on this thread: let them run between checks (a
+        // large gather's hand-back channel, closed by its preparing thread, ends only when its
+        // task sees it).
+        yield_now().await;
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Lets the executor polling this task run its other ready tasks once.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            std::task::Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Random tables and requests (duplicates, out of order) against `pread`, for 90 B, 4 KiB and
@@ -152,6 +171,119 @@ pub async fn large_gather_roundtrip<B: Backend>(b: &B) {
     drop(table.gather(&ids).expect("valid rows"));
     let again = table.gather(&ids).expect("valid rows").await.expect("gather after a drop");
     assert_eq!(again, got);
+    wait_full(b, table.source()).await;
+}
+
+/// Drains `stream`: every `(index, bytes)` it yields, checking that no index comes twice, and
+/// the error it ends with, if any (checking that nothing comes after it).
+async fn drain_stream(mut stream: crate::GatherStream, requests: usize) -> (Vec<Option<Bytes>>, Option<Error>) {
+    let mut got: Vec<Option<Bytes>> = vec![None; requests];
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok((i, bytes)) => assert!(got[i].replace(bytes).is_none(), "request {i} yielded twice"),
+            Err(e) => {
+                assert!(stream.next().await.is_none(), "the stream went on after its error {e}");
+                return (got, Some(e));
+            }
+        }
+    }
+    assert!(stream.next().await.is_none(), "a stream that ended stays ended");
+    (got, None)
+}
+
+/// Streamed gathers yield every request once, with its index and its bytes: rows of 90 B,
+/// 4 KiB and 5000 B with duplicates in any order, cold and then warm (rows the page cache
+/// serves land at once), one large enough to be prepared off the caller's thread, and byte
+/// ranges long enough to span several reads. Staging is full afterwards.
+pub async fn stream_yields_every_request_once<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    for row_size in [90usize, 4096, 5000] {
+        let rows = 3000u64;
+        let (_d, path, file) = random_file(row_size * rows as usize, &mut rng);
+        let table = b.open(&path).await.expect("open");
+        let table = table.rows(RowLayout { base: 0, row_size: row_size as u64, rows: None }).unwrap();
+        for round in 0..4 {
+            if round == 2 {
+                std::fs::read(&path).expect("warm the table");
+            }
+            let n = if round == 3 { 3 * crate::prepare::PREPARE_ELSEWHERE } else { rng.gen_range(1..600) };
+            let ids: Vec<u64> = (0..n).map(|_| rng.gen_range(0..rows)).collect();
+            let (got, err) = drain_stream(table.gather_stream(&ids).expect("valid rows"), ids.len()).await;
+            assert!(err.is_none(), "row size {row_size}: {err:?}");
+            for (i, (&id, bytes)) in ids.iter().zip(&got).enumerate() {
+                let bytes = bytes.as_ref().unwrap_or_else(|| panic!("request {i} (row {id}) never came"));
+                assert_eq!(&bytes[..], &reference_rows(&file, row_size, &[id])[..], "row size {row_size}, row {id}");
+            }
+        }
+        wait_full(b, table.source()).await;
+    }
+    let (_d, path, file) = random_file(1 << 20, &mut rng);
+    let src = b.open(&path).await.expect("open");
+    let ranges: Vec<_> = (0..20)
+        .map(|_| {
+            let s = rng.gen_range(0..file.len() as u64 - 1);
+            s..(s + rng.gen_range(1..300_000)).min(file.len() as u64)
+        })
+        .collect();
+    let (got, err) = drain_stream(src.gather_ranges_stream(&ranges).expect("valid ranges"), ranges.len()).await;
+    assert!(err.is_none(), "{err:?}");
+    for (r, g) in ranges.iter().zip(&got) {
+        assert_eq!(&g.as_ref().expect("every range comes")[..], &file[r.start as usize..r.end as usize]);
+    }
+    wait_full(b, &src).await;
+}
+
+/// Streams dropped right after the call and after their first row, with reads still in flight
+/// (each read held 200 µs): staging returns to full and the next gathers are right.
+pub async fn stream_dropped_midway_then_reuse<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (_d, path, file) = random_file(4096 * 2048, &mut rng);
+    let hook = Hook::new(|p| {
+        if p.kind == IoKind::Read {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Action::Proceed
+    });
+    let _faults = fault::inject(&path, hook);
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    for round in 0..10 {
+        let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
+        let mut stream = table.gather_stream(&ids).unwrap();
+        if round % 2 == 1 {
+            let (i, bytes) = stream.next().await.expect("a first row").expect("no error");
+            assert_eq!(&bytes[..], &reference_rows(&file, 4096, &[ids[i]])[..]);
+        }
+        drop(stream);
+    }
+    let ids: Vec<u64> = (0..300).map(|_| rng.gen_range(0..2048)).collect();
+    let got = table.gather(&ids).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, 4096, &ids)[..]);
+    wait_full(b, table.source()).await;
+}
+
+/// A streamed gather that fails (a file cut under it: a row past the cut is a short read)
+/// yields only right rows, never the failed one, then the error naming that row, once, then
+/// the end; the source serves the next gather.
+pub async fn stream_error_after_the_rows_that_landed<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let row = 5000u64;
+    let (_d, path, file) = random_file(row as usize * 400, &mut rng);
+    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: row, rows: Some(400) }).unwrap();
+    File::options().write(true).open(&path).unwrap().set_len(row * 300 + 123).unwrap();
+    let ids = [3, 350, 7];
+    let (got, err) = drain_stream(table.gather_stream(&ids).unwrap(), ids.len()).await;
+    assert!(got[1].is_none(), "the row past the cut was yielded");
+    for i in [0, 2] {
+        if let Some(bytes) = &got[i] {
+            assert_eq!(&bytes[..], &reference_rows(&file, row as usize, &[ids[i]])[..]);
+        }
+    }
+    match err {
+        Some(Error::ShortRead { target: Target::Row(350), .. }) => {}
+        other => panic!("expected a short read of row 350, got {other:?}"),
+    }
+    let got = table.gather(&[3, 299, 7]).unwrap().await.unwrap();
+    assert_eq!(&got[..], &reference_rows(&file, row as usize, &[3, 299, 7])[..]);
     wait_full(b, table.source()).await;
 }
 

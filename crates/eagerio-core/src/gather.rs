@@ -48,15 +48,22 @@
 //! - `ledger`: the in-flight ledger ([`JobHandle`], the job's extents, parties and output); the
 //!   drain-before-reuse invariant lives there, beside its loom models;
 //! - `future`: [`GatherFuture`] and its states (preparing, armed deadlines, dropped);
-//! - `source`: the user's handles and traits ([`Source`], [`RowTable`], [`Gather`],
-//!   [`GatherRows`]).
+//! - `stream`: [`GatherStream`], the same gather yielding each request as it lands, and
+//!   `landing`, the job's account of which requests have landed;
+//! - `source`: the user's handles ([`Source`], [`RowTable`]), and `traits`, the object-safe
+//!   faces they show ([`Gather`], [`GatherRows`]).
 
 mod engine;
 mod future;
+mod landing;
 mod ledger;
 mod source;
+mod stream;
+mod traits;
 
 pub use engine::{remote, ClaimPhase, FileInfo, JobClaims, ReadEngine, Remote};
 pub use future::GatherFuture;
 pub use ledger::{GatherJob, JobHandle};
-pub use source::{Gather, GatherRows, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use source::{RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use stream::GatherStream;
+pub use traits::{Gather, GatherRows};

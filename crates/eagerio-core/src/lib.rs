@@ -48,7 +48,9 @@ pub mod sys;
 pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
-pub use gather::{FileInfo, Gather, GatherFuture, GatherRows, RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use gather::{
+    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, RowLayout, RowTable, Source, DEFAULT_MAX_GAP,
+};
 pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, WriteFuture};
 pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};
 

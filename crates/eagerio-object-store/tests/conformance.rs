@@ -30,7 +30,7 @@ mod in_memory {
         rows_roundtrip, large_gather_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse, sink_write_error_reported,
         sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes, adaptive_resident_and_missing_rows,
-        adaptive_eviction_races_the_copy);
+        adaptive_eviction_races_the_copy, stream_yields_every_request_once, stream_dropped_midway_then_reuse);
 }
 
 mod local_fs {
@@ -44,5 +44,6 @@ mod local_fs {
         rows_roundtrip, large_gather_roundtrip, ranges_roundtrip, output_buffer_reuse, edge_requests, bad_input_is_refused_before_io,
         truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
         sink_write_error_reported, sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes,
-        adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy);
+        adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy, stream_yields_every_request_once,
+        stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed);
 }

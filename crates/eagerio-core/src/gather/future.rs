@@ -99,10 +99,10 @@ struct Prepared {
 }
 
 /// A deadline and its registration with the watcher thread.
-type Armed = Option<(Instant, Option<Ticket>)>;
+pub(super) type Armed = Option<(Instant, Option<Ticket>)>;
 
 /// What [`Preparing::take`] found.
-enum Taken {
+pub(super) enum Taken {
     Job(Arc<GatherJob>, Armed),
     Failed(Error),
     /// Still being prepared, under this deadline.
@@ -169,7 +169,7 @@ impl Preparing {
 
     /// Takes the job or the error. If neither has arrived, keeps `waker` for the delivery,
     /// replaces the deadline with `deadline` if one is given, and returns the deadline.
-    fn take(self: &StdArc<Self>, waker: Option<&Waker>, deadline: Option<Instant>) -> Taken {
+    pub(super) fn take(self: &StdArc<Self>, waker: Option<&Waker>, deadline: Option<Instant>) -> Taken {
         let mut slot = self.slot();
         if let Some((job, armed)) = slot.job.take() {
             return Taken::Job(job, armed);
@@ -188,7 +188,7 @@ impl Preparing {
 
     /// The future ended (`how`: dropped, or timed out) before taking its job: a job already
     /// delivered is ended so, and one still being prepared will be when it arrives.
-    fn abandon(&self, how: u8) {
+    pub(super) fn abandon(&self, how: u8) {
         let job = {
             let mut slot = self.slot();
             slot.abandoned = Some(how);
@@ -217,7 +217,7 @@ impl Preparing {
     }
 
     /// The error of a deadline that passed before the job arrived: nothing was read.
-    fn timed_out(&self, at: Instant) -> Error {
+    pub(super) fn timed_out(&self, at: Instant) -> Error {
         Error::TimedOut {
             op: Op::Read,
             path: self.path.to_path_buf(),
@@ -230,11 +230,16 @@ impl Preparing {
 }
 
 /// Ends a job whose future is gone (`how`: dropped or timed out), as dropping its future does.
-fn drop_job(job: &GatherJob, armed: Armed, how: u8) {
+pub(super) fn drop_job(job: &GatherJob, armed: Armed, how: u8) {
+    disarm(armed);
+    job.end(how);
+}
+
+/// Takes a deadline off the watcher.
+pub(super) fn disarm(armed: Armed) {
     if let Some((_, Some(ticket))) = armed {
         crate::deadline::cancel(ticket);
     }
-    job.end(how);
 }
 
 impl Expire for Preparing {
@@ -359,7 +364,7 @@ impl<T> GatherFuture<T> {
 
 /// Sets `job`'s deadline and registers it with the watcher (or ends the job now if `at` is
 /// past); nothing for a job already settled.
-fn arm(job: &Arc<GatherJob>, at: Instant) -> Armed {
+pub(super) fn arm(job: &Arc<GatherJob>, at: Instant) -> Armed {
     if job.settled.load(Ordering::Acquire) {
         return None;
     }
@@ -497,21 +502,23 @@ pub(super) fn split(b: Bytes, job: &GatherJob) -> Vec<Bytes> {
         .collect()
 }
 
-impl<T> GatherFuture<T> {
-    /// The future of a job started in the gather call, under `deadline` (the source's timeout).
-    pub(super) fn of_job(job: Arc<GatherJob>, finish: fn(Bytes, &GatherJob) -> T, deadline: Option<Instant>) -> Self {
-        let deadline = deadline.and_then(|at| arm(&job, at));
-        GatherFuture { job: Some(job), settled: GatherStats::default(), finish, other: Other::None, deadline }
-    }
+/// A gather as its call leaves it: its job, started, under the source's deadline; or a
+/// preparing thread that is building and starting it.
+pub(super) enum Started {
+    Job(Arc<GatherJob>, Option<Instant>),
+    Preparing(StdArc<Preparing>),
+}
 
-    /// The future of a gather handed to a preparing thread.
-    pub(super) fn of_preparing(preparing: StdArc<Preparing>, finish: fn(Bytes, &GatherJob) -> T) -> Self {
-        GatherFuture {
-            job: None,
-            settled: GatherStats::default(),
-            finish,
-            other: Other::Preparing(preparing),
-            deadline: None,
-        }
+impl<T> GatherFuture<T> {
+    /// The future of a gather the call `started`, yielding `finish` of its output.
+    pub(super) fn started(started: Started, finish: fn(Bytes, &GatherJob) -> T) -> Self {
+        let (job, other, deadline) = match started {
+            Started::Job(job, deadline) => {
+                let deadline = deadline.and_then(|at| arm(&job, at));
+                (Some(job), Other::None, deadline)
+            }
+            Started::Preparing(preparing) => (None, Other::Preparing(preparing), None),
+        };
+        GatherFuture { job, settled: GatherStats::default(), finish, other, deadline }
     }
 }

@@ -32,6 +32,8 @@ use crate::loom::{lock, wake, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize,
 use crate::plan::Plan;
 use crate::stats::{GatherStats, SourceStats};
 
+use super::landing::Landing;
+
 /// What a job's requests are: rows (their ids, for errors) or byte ranges.
 #[derive(Debug)]
 pub(super) enum Targets {
@@ -131,6 +133,8 @@ pub struct GatherJob {
     first_claim_ns: std::sync::atomic::AtomicU64,
     /// The gather's `tracing` span (debug level): open from the call until the job is dropped.
     span: tracing::Span,
+    /// A streamed gather's account of which requests have every byte in the output.
+    landing: Option<Landing>,
 }
 
 // SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
@@ -252,17 +256,24 @@ impl GatherJob {
         })
     }
 
-    pub(super) fn take_output(&self) -> Result<Bytes> {
+    /// Why a settled job did not read every extent, if it did not: the deadline, its first
+    /// error, or [`Error::Abandoned`] for extents no party read (a backend that shut down).
+    pub(super) fn failure(&self) -> Option<Error> {
         // A read cancelled at the deadline fails with `ECANCELED`: the deadline is the cause.
         if let Some(e) = self.timed_out() {
-            return Err(e);
+            return Some(e);
         }
         if let Some(e) = lock(&self.error).take() {
-            return Err(e);
+            return Some(e);
         }
         // `completed` counts extents moved CLAIMED -> DONE (or served resident), each once.
-        if self.completed.load(Ordering::Acquire) != self.plan.extents().len() {
-            return Err(Error::Abandoned { op: Op::Read, path: self.path.to_path_buf() });
+        (self.completed.load(Ordering::Acquire) != self.plan.extents().len())
+            .then(|| Error::Abandoned { op: Op::Read, path: self.path.to_path_buf() })
+    }
+
+    pub(super) fn take_output(&self) -> Result<Bytes> {
+        if let Some(e) = self.failure() {
+            return Err(e);
         }
         let len = self.plan.out_len() as usize;
         self.out.with_mut(|out| {
@@ -278,6 +289,22 @@ impl GatherJob {
             unsafe { out.set_len(len) };
             Ok(std::mem::take(out).freeze())
         })
+    }
+
+    /// A streamed job's next request whose every byte is in the output, as its index and a copy
+    /// of its bytes; `None` if none is waiting, and then the next landing wakes `waker`. Always
+    /// `None` for a job that is not streamed.
+    pub(super) fn next_landed(&self, waker: &Waker) -> Option<(usize, Bytes)> {
+        let (r, start) = self.landing.as_ref()?.next(waker)?;
+        let (start, len) = (start as usize, self.requests[r].1 as usize);
+        // SAFETY: request `r` was queued once its last piece was copied to the output (or before
+        // the job existed, for a request the page cache served), and the `AcqRel` count and the
+        // queue's lock order every one of those copies before this read. No party writes these
+        // bytes again: each extent completes once, and no two pieces of a plan share an output
+        // byte. `start + len <= out_len`, within the capacity reserved at creation, and the
+        // buffer lives as long as the job.
+        let bytes = unsafe { std::slice::from_raw_parts(self.out_ptr.0.add(start), len) };
+        Some((r, Bytes::copy_from_slice(bytes)))
     }
 }
 
@@ -461,6 +488,9 @@ impl JobHandle {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), job.out_ptr.0.add(p.out_offset as usize), src.len());
             }
         }
+        if let Some(landing) = &job.landing {
+            landing.landed(job.plan.pieces(extent));
+        }
         job.completed.fetch_add(1, Ordering::Release);
     }
 
@@ -503,6 +533,8 @@ pub(super) struct NewJob {
     pub(super) stats: StdArc<SourceStats>,
     /// Built on a preparing thread, not in the gather call.
     pub(super) elsewhere: bool,
+    /// Yields each request as it lands ([`GatherStream`](super::GatherStream)).
+    pub(super) streamed: bool,
     pub(super) span: tracing::Span,
 }
 
@@ -515,6 +547,8 @@ impl GatherJob {
         let out_ptr = OutPtr(out.as_mut_ptr());
         let extent_states = extent_states(new.plan.extents().len(), new.order.as_deref());
         let claimed_at = (0..new.plan.extents().len()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
+        let unread = |i: usize| extent_states[i].load(Ordering::Relaxed) != ExtentState::DONE;
+        let landing = new.streamed.then(|| Landing::new(&new.plan, &new.requests, unread));
         let job = Arc::new(GatherJob {
             plan: new.plan,
             requests: new.requests,
@@ -547,6 +581,7 @@ impl GatherJob {
             handed_off_ns: std::sync::atomic::AtomicU64::new(0),
             first_claim_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             span: new.span,
+            landing,
         });
         let handle = JobHandle { job: job.clone() };
         job.span.in_scope(|| {

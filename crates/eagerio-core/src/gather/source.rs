@@ -1,6 +1,5 @@
-//! The user's handles and traits: [`Source`] (a file gathered by byte ranges), [`RowTable`] (by
-//! row id), and the object-safe faces every backend's sources show, [`Gather`] and
-//! [`GatherRows`].
+//! The user's handles: [`Source`] (a file gathered by byte ranges) and [`RowTable`] (by row
+//! id), as futures or as streams ([`GatherStream`]).
 //!
 //! A gather call checks its requests (every bad request is an error here, before any I/O),
 //! then either plans and starts it in the call or, for a large one on an engine that takes jobs
@@ -25,8 +24,9 @@ use crate::residency::{Residency, Served};
 use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
 
 use super::engine::{FileInfo, ReadEngine};
-use super::future::{split, whole, GatherFuture, Preparing};
+use super::future::{split, whole, GatherFuture, Preparing, Started};
 use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets};
+use super::stream::GatherStream;
 
 /// A file served by a [`ReadEngine`], gathered by byte ranges.
 #[derive(Debug, Clone)]
@@ -172,6 +172,26 @@ impl<E: ReadEngine> Source<E> {
     /// # Errors
     /// As [`gather_ranges`](Self::gather_ranges).
     pub fn gather_ranges_into(&self, ranges: &[Range<u64>], out: BytesMut) -> Result<GatherFuture<Vec<Bytes>>> {
+        self.submit(self.range_requests(ranges)?, Targets::Ranges, out, split)
+    }
+
+    /// Gathers byte ranges as a stream: each range with its index, as soon as all its bytes are
+    /// read, in the order they land (see [`GatherStream`]). For a caller that can use a range
+    /// before the others are read: the first arrives after about one read's latency, not the
+    /// whole gather's.
+    ///
+    /// The reads are submitted before this returns, as for [`gather_ranges`](Self::gather_ranges),
+    /// on the same plan; each range's bytes are copied out of the gather's output as it lands.
+    ///
+    /// # Errors
+    /// As [`gather_ranges`](Self::gather_ranges), before any I/O.
+    pub fn gather_ranges_stream(&self, ranges: &[Range<u64>]) -> Result<GatherStream> {
+        let started = self.start(self.range_requests(ranges)?, Targets::Ranges, BytesMut::new(), true)?;
+        Ok(GatherStream::new(started))
+    }
+
+    /// The `(offset, len)` requests of `ranges`, each checked against the file.
+    fn range_requests(&self, ranges: &[Range<u64>]) -> Result<Vec<(u64, u64)>> {
         let info = self.engine.info();
         let mut requests = Vec::with_capacity(ranges.len());
         for (index, r) in ranges.iter().enumerate() {
@@ -189,11 +209,10 @@ impl<E: ReadEngine> Source<E> {
             }
             requests.push((r.start, r.end - r.start));
         }
-        self.submit(requests, Targets::Ranges, out, split)
+        Ok(requests)
     }
 
-    /// Starts a gather of `requests`: in this call, or, for a large one on an engine that takes
-    /// jobs from any thread, on a preparing thread after checking the requests here.
+    /// A gather of `requests`, yielding `finish` of its output.
     fn submit<T>(
         &self,
         requests: Vec<(u64, u64)>,
@@ -201,6 +220,13 @@ impl<E: ReadEngine> Source<E> {
         out: BytesMut,
         finish: fn(Bytes, &GatherJob) -> T,
     ) -> Result<GatherFuture<T>> {
+        Ok(GatherFuture::started(self.start(requests, targets, out, false)?, finish))
+    }
+
+    /// Starts a gather of `requests`: in this call, or, for a large one on an engine that takes
+    /// jobs from any thread, on a preparing thread after checking the requests here. A
+    /// `streamed` job keeps account of the requests as they land.
+    fn start(&self, requests: Vec<(u64, u64)>, targets: Targets, out: BytesMut, streamed: bool) -> Result<Started> {
         let started = Instant::now();
         let start = Start {
             opts: self.plan_options(),
@@ -209,13 +235,14 @@ impl<E: ReadEngine> Source<E> {
             path: StdArc::from(self.engine.info().path.as_path()),
             span: tracing::Span::current(),
             elsewhere: false,
+            streamed,
         };
         let deadline = self.timeout.map(|t| started + t);
         let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
         let Some(remote) = remote else {
             // The job records its submit time as the call's when it settles.
             let job = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
-            return Ok(GatherFuture::of_job(job, finish, deadline));
+            return Ok(Started::Job(job, deadline));
         };
         Plan::check(&requests, &start.opts)?;
         let start = Start { elsewhere: true, ..start };
@@ -242,7 +269,7 @@ impl<E: ReadEngine> Source<E> {
             slot.deliver(result);
         }));
         self.stats.record_call(started.elapsed());
-        Ok(GatherFuture::of_preparing(preparing, finish))
+        Ok(Started::Preparing(preparing))
     }
 }
 
@@ -257,6 +284,8 @@ struct Start {
     span: tracing::Span,
     /// On a preparing thread, not in the call.
     elsewhere: bool,
+    /// Yields each request as it lands.
+    streamed: bool,
 }
 
 impl Start {
@@ -281,7 +310,7 @@ impl Start {
         let (order, done, resident, faults) = self.serve_resident(&plan, out.as_mut_ptr(), copied);
         let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
-        let (path, stats, elsewhere) = (self.path, self.stats, self.elsewhere);
+        let (path, stats, elsewhere, streamed) = (self.path, self.stats, self.elsewhere, self.streamed);
         let new = NewJob {
             plan,
             requests,
@@ -295,6 +324,7 @@ impl Start {
             started,
             stats,
             elsewhere,
+            streamed,
             span,
         };
         Ok(GatherJob::launch(new, submit))
@@ -449,6 +479,38 @@ impl<E: ReadEngine> RowTable<E> {
     /// # Errors
     /// As [`gather`](Self::gather).
     pub fn gather_into(&self, rows: &[u64], out: BytesMut) -> Result<GatherFuture<Bytes>> {
+        self.source.submit(self.row_requests(rows)?, Targets::Rows(rows.to_vec()), out, whole)
+    }
+
+    /// Gathers `rows` as a stream: each row with its index in `rows`, as soon as it is read, in
+    /// the order rows land (see [`GatherStream`]). A row asked for twice comes twice, once per
+    /// index.
+    ///
+    /// The reads are submitted before this returns, as for [`gather`](Self::gather), on the same
+    /// plan; each row is copied out of the gather's output as it lands.
+    ///
+    /// # Errors
+    /// As [`gather`](Self::gather), before any I/O.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn f<E: eagerio_core::backend::ReadEngine>(table: eagerio_core::RowTable<E>) -> eagerio_core::Result<()> {
+    /// let rows = [7, 3, 7];
+    /// let mut stream = table.gather_stream(&rows)?;
+    /// while let Some(landed) = stream.next().await {
+    ///     let (i, bytes) = landed?;
+    ///     assert_eq!(bytes.len() as u64, table.row_size());
+    ///     println!("row {} landed", rows[i]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn gather_stream(&self, rows: &[u64]) -> Result<GatherStream> {
+        let requests = self.row_requests(rows)?;
+        Ok(GatherStream::new(self.source.start(requests, Targets::Rows(rows.to_vec()), BytesMut::new(), true)?))
+    }
+
+    /// The `(offset, len)` requests of `rows`, each checked against the row count.
+    fn row_requests(&self, rows: &[u64]) -> Result<Vec<(u64, u64)>> {
         let mut requests = Vec::with_capacity(rows.len());
         for &row in rows {
             if row >= self.rows {
@@ -456,118 +518,6 @@ impl<E: ReadEngine> RowTable<E> {
             }
             requests.push((self.base + row * self.row_size, self.row_size));
         }
-        self.source.submit(requests, Targets::Rows(rows.to_vec()), out, whole)
-    }
-}
-
-/// Byte ranges of one file or object, gathered eagerly: the face every backend's sources show
-/// users. Object-safe: choose a backend at run time and hold an `Arc<dyn Gather + Send + Sync>`.
-///
-/// Implemented by every [`Source`] and [`RowTable`]. An implementation of your own (a cache, a
-/// router over shards) starts its I/O in [`gather_ranges`](Self::gather_ranges), before it
-/// returns, and answers with [`GatherFuture::ready`] or [`GatherFuture::from_future`].
-pub trait Gather {
-    /// Starts reading `ranges`; the future yields one `Bytes` per range, in request order.
-    ///
-    /// # Errors
-    /// Before any I/O: [`Error::InvalidRange`] for an empty or inverted range or one past the
-    /// end.
-    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>>;
-
-    /// The file or object: its name in errors and its length.
-    fn info(&self) -> &FileInfo;
-
-    /// Totals over every gather so far.
-    fn totals(&self) -> SourceTotals;
-
-    /// Latency histograms so far (empty unless the implementation keeps them).
-    fn latencies(&self) -> SourceLatencies {
-        SourceLatencies::default()
-    }
-}
-
-/// A table of fixed-size rows, gathered eagerly by row id: the row face of [`Gather`].
-/// Object-safe: `Arc<dyn GatherRows + Send + Sync>`.
-///
-/// Implemented by every [`RowTable`]. An implementation of your own starts its I/O in
-/// [`gather`](Self::gather), before it returns.
-pub trait GatherRows {
-    /// Starts reading `rows` (any order, duplicates allowed); the future yields them back to
-    /// back in request order.
-    ///
-    /// # Errors
-    /// Before any I/O: [`Error::RowOutOfRange`] naming the first row past the end.
-    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>>;
-
-    /// Bytes per row.
-    fn row_size(&self) -> u64;
-
-    /// Row count.
-    fn rows(&self) -> u64;
-
-    /// Totals over every gather so far.
-    fn totals(&self) -> SourceTotals;
-
-    /// Latency histograms so far (empty unless the implementation keeps them).
-    fn latencies(&self) -> SourceLatencies {
-        SourceLatencies::default()
-    }
-}
-
-impl<E: ReadEngine> Gather for Source<E> {
-    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
-        Source::gather_ranges(self, ranges)
-    }
-
-    fn info(&self) -> &FileInfo {
-        Source::info(self)
-    }
-
-    fn totals(&self) -> SourceTotals {
-        self.stats()
-    }
-
-    fn latencies(&self) -> SourceLatencies {
-        Self::latencies(self)
-    }
-}
-
-impl<E: ReadEngine> Gather for RowTable<E> {
-    fn gather_ranges(&self, ranges: &[Range<u64>]) -> Result<GatherFuture<Vec<Bytes>>> {
-        self.source.gather_ranges(ranges)
-    }
-
-    fn info(&self) -> &FileInfo {
-        self.source.info()
-    }
-
-    fn totals(&self) -> SourceTotals {
-        self.stats()
-    }
-
-    fn latencies(&self) -> SourceLatencies {
-        Self::latencies(self)
-    }
-}
-
-impl<E: ReadEngine> GatherRows for RowTable<E> {
-    fn gather(&self, rows: &[u64]) -> Result<GatherFuture<Bytes>> {
-        RowTable::gather(self, rows)
-    }
-
-    fn row_size(&self) -> u64 {
-        self.row_size
-    }
-
-    fn rows(&self) -> u64 {
-        self.rows
-    }
-
-    fn totals(&self) -> SourceTotals {
-        self.stats()
-    }
-
-    fn latencies(&self) -> SourceLatencies {
-        Self::latencies(self)
+        Ok(requests)
     }
 }
