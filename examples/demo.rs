@@ -1,6 +1,9 @@
 //! The main demo: random-row gathers from a table file, eagerio's tokio backend against
-//! `mmap` + `memcpy` and serial `pread`, cold (page cache evicted before every timed gather)
-//! and warm (after one untimed pass over the same ids).
+//! `mmap` + `memcpy` and serial `pread`, measured the same way for each method in three states:
+//! cold (page cache evicted before every timed gather); warm with a fresh mapping (the rows'
+//! pages cached by a buffered read, and both eagerio's mapping and mmap's new, so each gather
+//! maps the pages it copies); and warm and mapped (after one untimed pass of the method itself
+//! over the same ids, so both mappings already map them).
 //!
 //! ```text
 //! cargo run --release --example demo            # 1 GiB table
@@ -54,6 +57,30 @@ fn gather_pread(file: &File, ids: &[u64], row_size: u64) -> std::io::Result<Vec<
     Ok(out)
 }
 
+/// What the page cache and the mappings hold when a timed gather starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Cache {
+    /// Nothing: the file evicted, eagerio's mapping dropped.
+    Cold,
+    /// The rows' pages cached (a buffered read of them); eagerio's mapping dropped and mmap's
+    /// made anew, so each method maps the pages it copies.
+    WarmFresh,
+    /// The rows' pages cached and mapped: the method's own untimed pass over the same ids ran
+    /// first, on the same mapping.
+    WarmMapped,
+}
+
+impl Cache {
+    const ALL: [Cache; 3] = [Cache::Cold, Cache::WarmFresh, Cache::WarmMapped];
+    fn name(self) -> &'static str {
+        match self {
+            Cache::Cold => "cold",
+            Cache::WarmFresh => "warm, fresh mapping",
+            Cache::WarmMapped => "warm, mapped",
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Method {
     Eager,
@@ -97,21 +124,26 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Runs `m` over `ids` once, returning the elapsed time and the output.
-    async fn run(&self, m: Method, ids: &[u64], cold: bool) -> AnyResult<(Duration, Vec<u8>)> {
+    /// Runs `m` over `ids` once from the state `cache`, returning the elapsed time and the
+    /// output.
+    async fn run(&self, m: Method, ids: &[u64], cache: Cache) -> AnyResult<(Duration, Vec<u8>)> {
         let rs = self.row_size;
+        if cache == Cache::Cold {
+            // The adaptive mode's mapping keeps the pages it copied mapped, and eviction skips
+            // mapped pages: unmap them first.
+            self.table.source().unmap_resident();
+            eagerio::core::sys::evict(self.path)?;
+        } else {
+            // The same pages cached for every method: a buffered read of the rows (eagerio's
+            // direct reads would not cache them).
+            std::hint::black_box(gather_pread(&self.file, ids, rs)?);
+        }
         Ok(match m {
             Method::Eager => {
-                if cold {
-                    // The adaptive mode's mapping keeps the pages it copied mapped, and eviction
-                    // skips mapped pages: unmap them first.
-                    self.table.source().unmap_resident();
-                    eagerio::core::sys::evict(self.path)?;
-                } else {
-                    // Direct reads do not fill the page cache, so warm the same pages the other
-                    // methods' untimed passes warm: a buffered read of the rows. The adaptive
-                    // mode then copies them from the cache.
-                    std::hint::black_box(gather_pread(&self.file, ids, rs)?);
+                match cache {
+                    Cache::Cold => {}
+                    Cache::WarmFresh => self.table.source().unmap_resident(),
+                    Cache::WarmMapped => drop(std::hint::black_box(self.table.gather(ids)?.await?)),
                 }
                 let t = Instant::now();
                 let out = self.table.gather(ids)?.await?;
@@ -120,12 +152,9 @@ impl Ctx<'_> {
             }
             Method::Mmap => {
                 // A fresh mapping per run: pages mapped by an earlier one could not be evicted.
-                if cold {
-                    eagerio::core::sys::evict(self.path)?;
-                }
                 // SAFETY: the demo owns the file and nothing truncates it while mapped.
                 let map = unsafe { memmap2::Mmap::map(&self.file)? };
-                if !cold {
+                if cache == Cache::WarmMapped {
                     std::hint::black_box(gather_mmap(&map, ids, rs));
                 }
                 let t = Instant::now();
@@ -133,11 +162,6 @@ impl Ctx<'_> {
                 (t.elapsed(), out)
             }
             Method::Pread => {
-                if cold {
-                    eagerio::core::sys::evict(self.path)?;
-                } else {
-                    std::hint::black_box(gather_pread(&self.file, ids, rs)?);
-                }
                 let t = Instant::now();
                 let out = gather_pread(&self.file, ids, rs)?;
                 (t.elapsed(), out)
@@ -165,7 +189,7 @@ async fn demo() -> AnyResult<()> {
     table::write_table(&path, size)?;
     println!("table: {} ({mb} MiB) written and synced in {:.2} s", path.display(), t.elapsed().as_secs_f64());
 
-    let mut cells: Vec<(u64, bool, Method, Cell)> = Vec::new();
+    let mut cells: Vec<(u64, Cache, Method, Cell)> = Vec::new();
     let mut stats_lines = Vec::new();
     let mut notes = Vec::new();
 
@@ -189,23 +213,20 @@ async fn demo() -> AnyResult<()> {
         }
         println!("row size {row_size} B: {rows} rows in the table");
 
-        for cold in [true, false] {
+        for cache in Cache::ALL {
+            let cold = cache == Cache::Cold;
             let mut cell: Vec<Cell> = Method::ALL.iter().map(|_| Cell::default()).collect();
             for run in 0..RUNS {
-                let seed = row_size * 1_000 + u64::from(cold) * 100 + run as u64;
+                let seed = row_size * 1_000 + cache as u64 * 100 + run as u64;
                 for (mi, &m) in Method::ALL.iter().enumerate() {
                     let n = cell[mi].reduced.unwrap_or(ROWS);
                     let ids = table::ids(seed, n, rows);
                     let before = ctx.table.stats();
-                    let (el, out) = ctx.run(m, &ids, cold).await?;
+                    let (el, out) = ctx.run(m, &ids, cache).await?;
                     let after = ctx.table.stats();
                     if let Err(e) = table::verify_rows(&out, &ids, row_size) {
                         cell[mi].failed = true;
-                        notes.push(format!(
-                            "MISMATCH: {} row {row_size} B {} run {run}: {e}",
-                            m.name(),
-                            if cold { "cold" } else { "warm" },
-                        ));
+                        notes.push(format!("MISMATCH: {} row {row_size} B {} run {run}: {e}", m.name(), cache.name(),));
                         continue;
                     }
                     if m == Method::Eager && cold && run == 0 {
@@ -226,8 +247,9 @@ async fn demo() -> AnyResult<()> {
                     }
                     if m == Method::Eager && !cold && run == 0 {
                         stats_lines.push(format!(
-                            "eagerio GatherStats, {row_size} B rows, warm run 0: {} of {} requests served from the page \
+                            "eagerio GatherStats, {row_size} B rows, {} run 0: {} of {} requests served from the page \
                              cache, {} reads issued",
+                            cache.name(),
                             after.resident - before.resident,
                             after.requested - before.requested,
                             after.reads - before.reads,
@@ -247,7 +269,7 @@ async fn demo() -> AnyResult<()> {
                 }
             }
             for (m, c) in Method::ALL.iter().zip(cell) {
-                cells.push((row_size, cold, *m, c));
+                cells.push((row_size, cache, *m, c));
             }
         }
         // The source's latency histograms over every eagerio gather of this row size, cold and
@@ -261,20 +283,21 @@ async fn demo() -> AnyResult<()> {
     println!();
     println!(
         "{ROWS} random row ids per run (drawn with replacement, fresh per run), median of {RUNS} runs; \
-         cold = page cache evicted (POSIX_FADV_DONTNEED) before every timed gather"
+         cold = page cache evicted (POSIX_FADV_DONTNEED) before every timed gather; warm = the rows' pages \
+         cached by a buffered read, with every method's mapping fresh, or after its own untimed pass (mapped)"
     );
     println!();
     println!("| row size | cache | method | median ms | rows/s | vs mmap |");
     println!("|---:|---|---|---:|---:|---:|");
-    for &(row_size, cold, m, ref c) in &cells {
-        let mmap = cells.iter().find(|x| x.0 == row_size && x.1 == cold && x.2 == Method::Mmap).and_then(|x| {
+    for &(row_size, cache, m, ref c) in &cells {
+        let mmap = cells.iter().find(|x| x.0 == row_size && x.1 == cache && x.2 == Method::Mmap).and_then(|x| {
             if x.3.failed {
                 None
             } else {
                 x.3.median()
             }
         });
-        let cache = if cold { "cold" } else { "warm" };
+        let cache = cache.name();
         match c.median() {
             Some((d, n)) if !c.failed => {
                 let rps = n as f64 / d.as_secs_f64();
