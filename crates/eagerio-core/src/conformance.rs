@@ -233,19 +233,29 @@ pub async fn stream_yields_every_request_once<B: Backend>(b: &B) {
     wait_full(b, &src).await;
 }
 
-/// Streams dropped right after the call and after their first row, with reads still in flight
-/// (each read held 200 µs): staging returns to full and the next gathers are right.
-pub async fn stream_dropped_midway_then_reuse<B: Backend>(b: &B) {
-    let mut rng = StdRng::seed_from_u64(seed());
-    let (_d, path, file) = random_file(4096 * 2048, &mut rng);
+/// A table of 2048 4 KiB rows whose every read is held 200 µs (while the returned guard lives),
+/// so gathers still have reads in flight when they are dropped; and the file's bytes.
+async fn slow_table<B: Backend>(
+    b: &B,
+    rng: &mut StdRng,
+) -> (crate::RowTable<B::Engine>, Vec<u8>, fault::Injected, tempfile::TempDir) {
+    let (dir, path, file) = random_file(4096 * 2048, rng);
     let hook = Hook::new(|p| {
         if p.kind == IoKind::Read {
             std::thread::sleep(Duration::from_micros(200));
         }
         Action::Proceed
     });
-    let _faults = fault::inject(&path, hook);
+    let faults = fault::inject(&path, hook);
     let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    (table, file, faults, dir)
+}
+
+/// Streams dropped right after the call and after their first row, with reads still in flight
+/// (each read held 200 µs): staging returns to full and the next gathers are right.
+pub async fn stream_dropped_midway_then_reuse<B: Backend>(b: &B) {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let (table, file, _faults, _d) = slow_table(b, &mut rng).await;
     for round in 0..10 {
         let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
         let mut stream = table.gather_stream(&ids).unwrap();
@@ -447,15 +457,7 @@ pub async fn read_panic_names_the_row<B: Backend>(b: &B) {
 /// gathers are correct.
 pub async fn drop_mid_flight_then_reuse<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
-    let (_d, path, file) = random_file(4096 * 2048, &mut rng);
-    let hook = Hook::new(|p| {
-        if p.kind == IoKind::Read {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        Action::Proceed
-    });
-    let _faults = fault::inject(&path, hook);
-    let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let (table, file, _faults, _d) = slow_table(b, &mut rng).await;
     for round in 0..20 {
         let ids: Vec<u64> = (0..500).map(|_| rng.gen_range(0..2048)).collect();
         let fut = table.gather(&ids).unwrap();
