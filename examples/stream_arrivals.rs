@@ -11,8 +11,9 @@
 //! (`gather_stream`, the time each row arrives after the call). The two alternate which goes
 //! first from run to run, so the disk's drift falls on both alike. Every row is checked against
 //! the table's fill function before its time counts. Printed per backend and row size, the
-//! medians over the runs: the future's time, the stream's first, median and last arrival, and
-//! the ratios median / last and stream / future.
+//! medians over the runs: the future's time; the stream's time until its reads were handed to
+//! the engine (`GatherStats::submit`: checking, planning, submitting), its first, median and last
+//! arrival; and the ratios median / last and stream / future.
 
 use std::{
     path::Path,
@@ -28,8 +29,10 @@ mod table;
 
 type AnyResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-/// One streamed gather: when the first row, the median row and the last row arrived.
+/// One streamed gather: when its reads were handed to the engine, and when the first row, the
+/// median row and the last row arrived.
 struct Arrivals {
+    submitted: Duration,
     first: Duration,
     median: Duration,
     last: Duration,
@@ -83,7 +86,8 @@ async fn stream_times<E: eagerio::core::backend::ReadEngine>(
     if at.len() != ids.len() {
         return Err(format!("{} of {} rows arrived", at.len(), ids.len()).into());
     }
-    Ok(Arrivals { first: at[0], median: at[at.len() / 2], last: at[at.len() - 1] })
+    let submitted = stream.stats().submit;
+    Ok(Arrivals { submitted, first: at[0], median: at[at.len() / 2], last: at[at.len() - 1] })
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -103,7 +107,7 @@ async fn measure<E: eagerio::core::backend::ReadEngine>(
     n: usize,
     runs: u64,
 ) -> AnyResult<()> {
-    let (mut fut, mut first, mut mid, mut last) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut fut, mut sub, mut first, mut mid, mut last) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..runs {
         let ids = table::ids(r * 7919 + table.row_size() + n as u64, n, table.rows());
         let (f, s) = if r % 2 == 0 {
@@ -114,15 +118,17 @@ async fn measure<E: eagerio::core::backend::ReadEngine>(
             (future_time(table, path, &ids).await?, s)
         };
         fut.push(f);
+        sub.push(s.submitted);
         first.push(s.first);
         mid.push(s.median);
         last.push(s.last);
     }
-    let (f, a, m, l) = (median(fut), median(first), median(mid), median(last));
+    let (f, h, a, m, l) = (median(fut), median(sub), median(first), median(mid), median(last));
     println!(
-        "{name:<8} {:>6} B {:>9.1} {:>9.2} {:>9.1} {:>9.1} {:>11.2} {:>11.2}",
+        "{name:<8} {:>6} B {:>9.1} {:>9.2} {:>9.2} {:>9.1} {:>9.1} {:>11.2} {:>11.2}",
         table.row_size(),
         ms(f),
+        ms(h),
         ms(a),
         ms(m),
         ms(l),
@@ -139,8 +145,8 @@ fn main() -> AnyResult<()> {
     let path = table::in_target("eagerio-stream", mb << 20)?;
     println!("{n} rows from a {mb} MiB table, cold, median of {runs} interleaved runs (ms)");
     println!(
-        "{:<8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}",
-        "backend", "row", "future", "first", "median", "last", "median/last", "last/future"
+        "{:<8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}",
+        "backend", "row", "future", "submitted", "first", "median", "last", "median/last", "last/future"
     );
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     for row_size in [90u64, 4096] {
