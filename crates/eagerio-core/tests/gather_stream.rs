@@ -1,0 +1,197 @@
+//! Streamed gathers, turn by turn: rows arrive while other reads are still held, a deadline ends
+//! the stream at its time (and only then), dropping it stops the reads not yet issued, and the
+//! stream answers as a `futures::Stream` with its counters.
+//!
+//! The engine here reads on a thread of its own, one extent at a time, in plan order: the first
+//! extent at once, every later one only once the test opens its gate, like a device that holds
+//! those reads. It takes jobs from any thread, so a large gather goes through a preparing thread.
+#![cfg(not(eagerio_loom))]
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Condvar, Mutex,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use eagerio_core::{
+    backend::{remote, JobHandle, ReadEngine, Remote},
+    Error, FileInfo, GatherStream, RowLayout, RowTable, Source,
+};
+use futures::{executor::block_on, stream::FusedStream, StreamExt};
+
+const ROW: u64 = 64;
+const ROWS: u64 = 1 << 16;
+
+#[derive(Clone)]
+struct GatedEngine {
+    data: Arc<Vec<u8>>,
+    info: FileInfo,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+    /// Extents read so far, over every gather.
+    read: Arc<AtomicUsize>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl GatedEngine {
+    fn new() -> GatedEngine {
+        let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i % 251) as u8).collect();
+        let info = FileInfo { path: PathBuf::from("stream.bin"), len: ROWS * ROW, align: 1, max_read: 4096 };
+        GatedEngine { data: Arc::new(data), info, gate: Arc::default(), read: Arc::default(), threads: Arc::default() }
+    }
+
+    fn open(&self) {
+        *self.gate.0.lock().unwrap() = true;
+        self.gate.1.notify_all();
+    }
+
+    /// Waits for every reading thread to end.
+    fn join(&self) {
+        for t in std::mem::take(&mut *self.threads.lock().unwrap()) {
+            t.join().unwrap();
+        }
+    }
+
+    fn row(&self, r: u64) -> &[u8] {
+        &self.data[(r * ROW) as usize..((r + 1) * ROW) as usize]
+    }
+}
+
+impl ReadEngine for GatedEngine {
+    fn info(&self) -> &FileInfo {
+        &self.info
+    }
+
+    fn submit(&self, job: JobHandle) {
+        let me = self.clone();
+        let t = std::thread::spawn(move || {
+            let mut first = true;
+            while let Some(i) = job.next_extent() {
+                if !std::mem::take(&mut first) {
+                    let mut open = me.gate.0.lock().unwrap();
+                    while !*open {
+                        open = me.gate.1.wait(open).unwrap();
+                    }
+                }
+                let e = job.plan().extents()[i];
+                let bytes = &me.data[e.offset as usize..e.offset as usize + e.len as usize];
+                job.complete(i, bytes, Ok(bytes.len()));
+                me.read.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        self.threads.lock().unwrap().push(t);
+    }
+
+    fn remote(&self) -> Option<Remote> {
+        Some(remote(self))
+    }
+}
+
+/// Rows far enough apart to be one extent each (max_gap 0).
+fn table(engine: &GatedEngine) -> RowTable<GatedEngine> {
+    Source::new(engine.clone()).with_max_gap(0).rows(RowLayout { base: 0, row_size: ROW, rows: None }).unwrap()
+}
+
+/// Every item the stream still yields, through the `futures::Stream` face.
+fn rest(stream: &mut GatherStream) -> Vec<eagerio_core::Result<(usize, bytes::Bytes)>> {
+    block_on(StreamExt::collect::<Vec<_>>(stream.by_ref()))
+}
+
+#[test]
+fn stream_yields_a_row_while_later_reads_are_held() {
+    let engine = GatedEngine::new();
+    let table = table(&engine);
+    let rows = [5, 900, 40_000];
+    let mut stream = table.gather_stream(&rows).unwrap();
+    let t = Instant::now();
+    // Opens the gate in 3 s whatever happens, so a stream that waits for the whole gather fails
+    // below instead of hanging.
+    let opener = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            engine.open();
+        })
+    };
+    let (i, bytes) = block_on(stream.next()).expect("a first row").expect("no error");
+    assert!(t.elapsed() < Duration::from_secs(2), "the first row waited for the held reads");
+    assert_eq!((i, &bytes[..]), (0, engine.row(5)));
+    assert!(!stream.is_terminated());
+    opener.join().unwrap();
+    let got = rest(&mut stream);
+    assert!(stream.is_terminated(), "a stream that ended says so");
+    let mut got: Vec<(usize, Vec<u8>)> = got.into_iter().map(|x| x.map(|(i, b)| (i, b.to_vec())).unwrap()).collect();
+    got.sort();
+    assert_eq!(got, vec![(1, engine.row(900).to_vec()), (2, engine.row(40_000).to_vec())]);
+    let stats = stream.stats();
+    assert_eq!((stats.requested, stats.reads_issued, stats.useful_bytes), (3, 3, 3 * ROW), "{stats:?}");
+    engine.join();
+}
+
+#[test]
+fn stream_deadline_ends_it_while_a_read_is_held() {
+    let engine = GatedEngine::new();
+    let table = table(&engine).with_timeout(Duration::from_millis(200));
+    let mut stream = table.gather_stream(&[5, 900]).unwrap();
+    let (i, _) = block_on(stream.next()).expect("a first row").expect("no error");
+    assert_eq!(i, 0);
+    let t = Instant::now();
+    match block_on(stream.next()) {
+        Some(Err(Error::TimedOut { unread: 1, requested: 2, .. })) => {}
+        other => panic!("expected a timeout with one row unread, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "the deadline waited for the held read");
+    assert!(block_on(stream.next()).is_none(), "nothing after the error");
+    engine.open();
+    engine.join();
+}
+
+#[test]
+fn stream_deadline_still_ahead_changes_nothing() {
+    // A small gather (started in the call) and a large one (prepared on another thread), both
+    // under a deadline far ahead: every row comes, with no error.
+    let engine = GatedEngine::new();
+    let table = table(&engine).with_timeout(Duration::from_secs(60));
+    let small: Vec<u64> = vec![5, 900, 40_000];
+    let large: Vec<u64> = (0..3000u64).map(|i| i * 17 % ROWS).collect();
+    for rows in [small, large] {
+        let mut stream = table.gather_stream(&rows).unwrap();
+        let opener = {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                engine.open();
+            })
+        };
+        let got = rest(&mut stream);
+        opener.join().unwrap();
+        assert_eq!(got.len(), rows.len(), "every row comes once");
+        for item in got {
+            let (i, bytes) = item.expect("no error before the deadline");
+            assert_eq!(&bytes[..], engine.row(rows[i]));
+        }
+        *engine.gate.0.lock().unwrap() = false;
+    }
+    engine.join();
+}
+
+#[test]
+fn stream_dropped_stops_the_reads_not_yet_issued() {
+    let engine = GatedEngine::new();
+    let table = table(&engine);
+    let mut stream = table.gather_stream(&[5, 900, 40_000]).unwrap();
+    block_on(stream.next()).expect("a first row").expect("no error");
+    // Wait until the engine's thread holds the second extent, claimed; the third is not claimed.
+    let t = Instant::now();
+    while stream.stats().reads_issued < 2 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the second extent was never claimed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(stream);
+    engine.open();
+    engine.join();
+    assert_eq!(engine.read.load(Ordering::SeqCst), 2, "a read was issued after the stream was dropped");
+}
