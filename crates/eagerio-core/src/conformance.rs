@@ -5,6 +5,9 @@
 //! [`conformance_suite!`](crate::conformance_suite) with it and its executor's `block_on`. Every
 //! check compares against `pread` on the same file, so the suite needs a real filesystem: it
 //! works in a fresh temporary directory.
+//!
+//! Long by design: one function per check, and every backend runs them all; it grows with the
+//! checks, not with any one mechanism.
 
 #![allow(clippy::missing_panics_doc)]
 

@@ -14,6 +14,9 @@
 //! Executing a plan is "for every extent, read `len` bytes at `offset` into a buffer and copy each
 //! piece out": [`Plan::execute_from`] does it over memory and is the reference the property tests
 //! compare against.
+//!
+//! About 420 lines of code and 210 of tests, the property tests among them, kept beside the pure
+//! code they check.
 
 use crate::error::{Error, Result};
 

@@ -28,6 +28,12 @@
 //! `flush`, `sync` and `close` report *every* write that failed since the last report, in one
 //! [`Error::WriteFailed`] whose failures each name the offset and length, whether or not the
 //! write's own future already reported it.
+//!
+//! # Why one file
+//! Over 600 lines because the sink's ledger is one state machine under one lock: offset
+//! reservation, the in-flight map that holds overlapping writes, the backpressure queue and the
+//! error ledger each decide what the others do at every completion. Split, one invariant (a
+//! write is started, held or queued exactly once, and its outcome reported once) would span files.
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
