@@ -51,6 +51,8 @@ def main():
         + ("every missed mutant is listed in `.ci/mutants-equivalent.txt`" if status == 0
            else "some missed mutants are not listed as equivalent (below)"),
         "",
+        "Only the files in the table were swept in this run (`all FILE...` sweeps some of them).",
+        "",
         "| file | caught | missed | timeouts | unviable |",
         "|---|---:|---:|---:|---:|",
     ]
