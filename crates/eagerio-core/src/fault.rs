@@ -26,6 +26,9 @@ pub enum IoKind {
     Write,
     /// A sink's `fdatasync`.
     Sync,
+    /// The `fsync` of a directory, which makes a new file's name durable
+    /// ([`sys::sync_parent`](crate::sys::sync_parent)).
+    SyncDir,
     /// Copying a completed read's rows into the output.
     CopyOut,
 }

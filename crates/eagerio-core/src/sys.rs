@@ -109,6 +109,24 @@ pub fn open_sink_file(path: &Path, keep: bool) -> Result<(File, u64)> {
     Ok((file, end))
 }
 
+/// Makes `path`'s name durable: `fsync` of the directory that holds it. A file's data is durable
+/// after its own `fdatasync`; its directory entry (a new file, a rename) only after this. The
+/// fault hook, if any, sees it as [`IoKind::SyncDir`](crate::fault::IoKind::SyncDir).
+///
+/// # Errors
+/// [`Error::Io`] ([`Op::Sync`](crate::Op::Sync), naming the directory) if the directory cannot
+/// be opened or its `fsync` fails.
+pub fn sync_parent(path: &Path, hook: Option<&crate::fault::Hook>) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let point = crate::fault::IoPoint { kind: crate::fault::IoKind::SyncDir, offset: 0, len: 0 };
+    crate::fault::with_hook(hook, point, || File::open(dir)?.sync_all().map(|()| 0)).map(drop).map_err(|source| {
+        Error::Io { op: crate::Op::Sync, path: dir.to_path_buf(), offset: None, target: None, source }
+    })
+}
+
 /// The direct-I/O offset alignment the filesystem reports for `file` (`STATX_DIOALIGN`), or
 /// `None` if it reports none.
 pub fn dio_alignment(file: &File) -> Option<u64> {

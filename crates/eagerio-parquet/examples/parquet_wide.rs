@@ -9,7 +9,7 @@
 //!
 //! The file: 50 int64 columns, 4 row groups, uncompressed and without dictionaries so that the
 //! bytes on disk are what is read (`EAGERIO_PQ_ROWS` rows, default 1,000,000: 400 MB). It is
-//! written through `EagerWriter` (write-behind) and evicted from the page cache
+//! written through `EagerArrowWriter` and evicted from the page cache
 //! (`POSIX_FADV_DONTNEED`) before every timed read. Two projections: all 50 columns, and every
 //! fifth column (10 of 50: the scattered case). Median of 3 runs each; the two readers alternate.
 
@@ -21,11 +21,11 @@ use std::{
 
 use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use eagerio_parquet::{EagerReader, EagerWriter};
+use eagerio_parquet::{EagerArrowWriter, EagerReader};
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};
 use futures::TryStreamExt;
 use parquet::{
-    arrow::{async_reader::AsyncFileReader, AsyncArrowWriter, ParquetRecordBatchStreamBuilder, ProjectionMask},
+    arrow::{async_reader::AsyncFileReader, ParquetRecordBatchStreamBuilder, ProjectionMask},
     basic::Compression,
     file::properties::WriterProperties,
 };
@@ -56,7 +56,7 @@ async fn write_file(path: &Path, rows: usize) -> Result<(), Err> {
         .set_dictionary_enabled(false)
         .build();
     let sink = TokioWriter::create(path, WriterOptions::default()).await?;
-    let mut w = AsyncArrowWriter::try_new(EagerWriter::new(sink).write_behind(true), schema.clone(), Some(props))?;
+    let mut w = EagerArrowWriter::try_new(sink, schema.clone(), Some(props))?;
     let batch = 65_536;
     let mut at = 0usize;
     while at < rows {
@@ -67,10 +67,10 @@ async fn write_file(path: &Path, rows: usize) -> Result<(), Err> {
                 Arc::new(Int64Array::from_iter_values(vals)) as ArrayRef
             })
             .collect();
-        w.write(&RecordBatch::try_new(schema.clone(), cols)?).await?;
+        w.write_async(&RecordBatch::try_new(schema.clone(), cols)?).await?;
         at += n;
     }
-    w.close().await?;
+    w.close_async().await?;
     Ok(())
 }
 

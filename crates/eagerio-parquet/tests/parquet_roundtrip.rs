@@ -1,4 +1,4 @@
-//! Parquet through eagerio: a multi-row-group file written with `AsyncArrowWriter` through an
+//! Parquet through eagerio: a multi-row-group file written with `EagerArrowWriter` through an
 //! eager sink, read back with `ParquetRecordBatchStreamBuilder` through an eager gather reader,
 //! batch by batch; validated by pyarrow as an independent reader; errors keep eagerio's message.
 
@@ -12,14 +12,10 @@ use eagerio_core::{
     mem::{MemEngine, MemFile},
     DataSink, Sink, SinkOptions, Source,
 };
-use eagerio_parquet::{EagerReader, EagerWriter, Finish};
+use eagerio_parquet::{EagerArrowWriter, EagerReader};
 use eagerio_tokio::{TokioEngine, TokioOptions, TokioWriter, WriterOptions};
 use futures::TryStreamExt;
-use parquet::{
-    arrow::{async_writer::AsyncFileWriter, AsyncArrowWriter, ParquetRecordBatchStreamBuilder},
-    basic::Compression,
-    file::properties::WriterProperties,
-};
+use parquet::{arrow::ParquetRecordBatchStreamBuilder, basic::Compression, file::properties::WriterProperties};
 
 const ROWS: usize = 10_000;
 const ROW_GROUP: usize = 1_000;
@@ -48,17 +44,18 @@ fn props() -> WriterProperties {
         .build()
 }
 
-/// Writes `table()` through `writer` in batches that straddle row groups.
-async fn write_table<W: AsyncFileWriter>(writer: W) -> parquet::file::metadata::ParquetMetaData {
+/// Writes `table()` to `sink` in batches that straddle row groups, in 16 KiB appends.
+async fn write_table<S: DataSink + Send + Sync + 'static>(sink: S) -> parquet::file::metadata::ParquetMetaData {
     let t = table();
-    let mut w = AsyncArrowWriter::try_new(writer, t.schema(), Some(props())).unwrap();
+    let opts = eagerio_parquet::EagerWriterOptions::default().block_bytes(16 << 10);
+    let mut w = EagerArrowWriter::try_new_with_options(sink, t.schema(), Some(props()), opts).unwrap();
     let mut at = 0;
     while at < ROWS {
         let n = WRITE_BATCH.min(ROWS - at);
-        w.write(&t.slice(at, n)).await.unwrap();
+        w.write_async(&t.slice(at, n)).await.unwrap();
         at += n;
     }
-    w.close().await.unwrap()
+    w.close_async().await.unwrap()
 }
 
 /// Reads the file back through the eager reader and compares every batch with the matching
@@ -88,11 +85,11 @@ async fn parquet_roundtrip_tokio_sink_and_gather() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.parquet");
     let sink = TokioWriter::create(&path, WriterOptions::default()).await.unwrap();
-    let meta = write_table(EagerWriter::new(sink.clone())).await;
+    let meta = write_table(sink.clone()).await;
     assert_eq!(meta.num_row_groups(), ROWS / ROW_GROUP);
-    // The sink wrote every byte and was closed by `complete`.
+    // The sink wrote every byte and was closed by `close_async`.
     assert_eq!(sink.stats().bytes, std::fs::metadata(&path).unwrap().len());
-    assert!(sink.append(bytes::Bytes::from_static(b"x")).await.is_err(), "complete closes the sink");
+    assert!(sink.append(bytes::Bytes::from_static(b"x")).await.is_err(), "close_async closes the sink");
 
     let source = TokioEngine::open(&path, TokioOptions::default()).await.unwrap();
     let stats = read_and_compare(source).await;
@@ -103,15 +100,17 @@ async fn parquet_roundtrip_tokio_sink_and_gather() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn parquet_roundtrip_write_behind_slow_sink() {
+async fn parquet_roundtrip_slow_sink_small_in_flight_bound() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wb.parquet");
     let _slow = fault::inject(&path, Hook::write_latency(std::time::Duration::from_millis(3)));
     let opts = WriterOptions::default().sink(SinkOptions::default().max_in_flight_bytes(64 << 10));
     let sink = TokioWriter::create(&path, opts).await.unwrap();
-    write_table(EagerWriter::new(sink.clone()).write_behind(true)).await;
+    write_table(sink.clone()).await;
     let st = sink.stats();
-    assert_eq!((st.in_flight, st.queued, st.failed), (0, 0, 0), "complete waited for every write");
+    assert_eq!((st.in_flight, st.queued, st.failed), (0, 0, 0), "close waited for every write");
+    assert!(st.writes > 4, "{st:?}");
+    assert!(st.peak_in_flight_bytes <= 64 << 10, "the splicer kept to the sink's bound: {st:?}");
     assert_eq!(st.bytes, std::fs::metadata(&path).unwrap().len());
     read_and_compare(TokioEngine::open(&path, TokioOptions::default()).await.unwrap()).await;
 }
@@ -121,7 +120,7 @@ fn parquet_roundtrip_in_memory_backend() {
     let file = MemFile::default();
     let sink =
         Sink::new(MemEngine::new(file.clone(), "mem.parquet", 1 << 20).unwrap(), SinkOptions::default()).unwrap();
-    futures::executor::block_on(write_table(EagerWriter::new(sink).finish(Finish::Flush)));
+    futures::executor::block_on(write_table(sink));
     assert_eq!(&file.contents()[..4], b"PAR1");
     let source = Source::new(MemEngine::new(file, "mem.parquet", 1 << 20).unwrap());
     futures::executor::block_on(read_and_compare(source));
@@ -131,7 +130,7 @@ fn parquet_roundtrip_in_memory_backend() {
 async fn parquet_reader_short_file_reports_eagerio_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cut.parquet");
-    write_table(EagerWriter::new(TokioWriter::create(&path, WriterOptions::default()).await.unwrap())).await;
+    write_table(TokioWriter::create(&path, WriterOptions::default()).await.unwrap()).await;
     let source = TokioEngine::open(&path, TokioOptions::default()).await.unwrap();
     // The file shrinks after the source saw its length: the footer read comes back short.
     let len = source.info().len;
@@ -148,7 +147,7 @@ async fn parquet_reader_short_file_reports_eagerio_error() {
 async fn parquet_reader_refuses_ranges_past_the_end_before_io() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("small.parquet");
-    write_table(EagerWriter::new(TokioWriter::create(&path, WriterOptions::default()).await.unwrap())).await;
+    write_table(TokioWriter::create(&path, WriterOptions::default()).await.unwrap()).await;
     let mut reader = EagerReader::new(TokioEngine::open(&path, TokioOptions::default()).await.unwrap());
     let len = reader.source().info().len;
     let err = parquet::arrow::async_reader::AsyncFileReader::get_byte_ranges(&mut reader, vec![0..4, len - 2..len + 5])
@@ -176,26 +175,33 @@ async fn parquet_writer_failure_carries_eagerio_message() {
         }
     });
     let _faults = fault::inject(&path, hook);
-    for behind in [false, true] {
-        let sink = TokioWriter::create(&path, WriterOptions::default()).await.unwrap();
-        let t = table();
-        let mut w =
-            AsyncArrowWriter::try_new(EagerWriter::new(sink).write_behind(behind), t.schema(), Some(props())).unwrap();
-        let mut failed = None;
-        for at in (0..ROWS).step_by(WRITE_BATCH) {
-            if let Err(e) = w.write(&t.slice(at, WRITE_BATCH.min(ROWS - at))).await {
-                failed = Some(e);
-                break;
-            }
+    let sink = TokioWriter::create(&path, WriterOptions::default()).await.unwrap();
+    let t = table();
+    let opts = eagerio_parquet::EagerWriterOptions::default().block_bytes(16 << 10);
+    let mut w = EagerArrowWriter::try_new_with_options(sink, t.schema(), Some(props()), opts).unwrap();
+    let mut failed = None;
+    for at in (0..ROWS).step_by(WRITE_BATCH) {
+        if let Err(e) = w.write_async(&t.slice(at, WRITE_BATCH.min(ROWS - at))).await {
+            failed = Some(e);
+            break;
         }
-        let err = match failed {
-            Some(e) => e,
-            None => w.close().await.expect_err("the writes failed"),
-        };
-        let msg = err.to_string();
-        assert!(msg.contains("writing") && msg.contains("eio.parquet"), "write_behind {behind}: {msg}");
-        assert!(msg.contains("Input/output error"), "write_behind {behind}: {msg}");
     }
+    let err = match failed {
+        Some(e) => e,
+        None => w.close_async().await.expect_err("the writes failed"),
+    };
+    let msg = err.to_string();
+    assert!(msg.contains("writing") && msg.contains("eio.parquet"), "{msg}");
+    assert!(msg.contains("Input/output error"), "{msg}");
+    // The eagerio error is still reachable through the chain.
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        if s.is::<eagerio_core::Error>() {
+            return;
+        }
+        source = s.source();
+    }
+    panic!("no eagerio_core::Error in the chain of {err:?}");
 }
 
 /// Whether pyarrow is usable. Without it the test skips with a reason, unless `CI` is set.
@@ -229,7 +235,7 @@ async fn parquet_pyarrow_reads_row_count_and_checksum() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("py.parquet");
-    write_table(EagerWriter::new(TokioWriter::create(&path, WriterOptions::default()).await.unwrap())).await;
+    write_table(TokioWriter::create(&path, WriterOptions::default()).await.unwrap()).await;
     let t = table();
     let ids = t.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
     let sum: i64 = ids.values().iter().sum();
