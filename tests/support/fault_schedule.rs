@@ -177,6 +177,7 @@ fn kind_code(k: IoKind) -> u8 {
         IoKind::Write => 1,
         IoKind::Sync => 2,
         IoKind::CopyOut => 3,
+        IoKind::SyncDir => 4,
     }
 }
 

@@ -61,7 +61,8 @@ macro_rules! conformance_suite {
             truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
             sink_offsets_and_order, sink_overlapping_writes_in_call_order, sink_write_error_reported,
             sink_dropped_flush_keeps_its_report, sink_flush_after_dropped_futures,
-            sink_closed_refuses_writes, sink_backpressure_bound, adaptive_resident_and_missing_rows,
+            sink_closed_refuses_writes, sink_backpressure_bound, sink_created_file_syncs_its_directory,
+            adaptive_resident_and_missing_rows,
             adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy, adaptive_cold_gather_adds_no_page_cache,
             stream_yields_every_request_once, stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed);
     };
@@ -591,6 +592,56 @@ fn fail_write_at(offset: u64) -> Hook {
             Action::Proceed
         }
     })
+}
+
+/// A sink that created its file `fsync`s the directory after its first successful
+/// `fdatasync` (once), so the name survives a crash; a file that already existed owes nothing;
+/// a failed directory `fsync` fails that sync and every later one.
+pub async fn sink_created_file_syncs_its_directory<B: Backend>(b: &B) {
+    let dir = tempfile::tempdir().unwrap();
+    let counting = |fail: bool| {
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let s = seen.clone();
+        let hook = Hook::new(move |p| {
+            if p.kind != IoKind::SyncDir {
+                return Action::Proceed;
+            }
+            s.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if fail {
+                Action::Fail(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                Action::Proceed
+            }
+        });
+        (seen, hook)
+    };
+    let path = dir.path().join("new.bin");
+    let (seen, hook) = counting(false);
+    let _faults = fault::inject(&path, hook);
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
+    sink.append(Bytes::from(vec![1u8; 4096])).await.unwrap();
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 0, "no directory fsync before a sync");
+    sink.sync().await.unwrap();
+    sink.append(Bytes::from(vec![2u8; 4096])).await.unwrap();
+    sink.close().await.unwrap();
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 1, "one directory fsync, at the first sync");
+
+    // The file exists now: a new sink over it owes its directory nothing.
+    let again = b.create(&path, SinkOptions::default()).await.unwrap();
+    again.append(Bytes::from(vec![3u8; 10])).await.unwrap();
+    again.close().await.unwrap();
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 1, "an existing file's name is durable already");
+
+    let path = dir.path().join("eio.bin");
+    let (seen, hook) = counting(true);
+    let _faults = fault::inject(&path, hook);
+    let sink = b.create(&path, SinkOptions::default()).await.unwrap();
+    sink.append(Bytes::from(vec![1u8; 100])).await.unwrap();
+    let e = sink.sync().await.unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "{e}");
+    let e = sink.close().await.unwrap_err();
+    assert!(e.to_string().contains("directory fsync failed earlier"), "never retried into an Ok: {e}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
 
 /// A failed write reports its offset from its future and again from the flush.

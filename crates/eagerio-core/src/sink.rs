@@ -613,7 +613,9 @@ pub trait DataSink {
     /// Waits for every write started before this call; reports every failure since the last
     /// report.
     fn flush(&self) -> FlushFuture;
-    /// [`flush`](Self::flush), then makes the file durable (`fdatasync`).
+    /// [`flush`](Self::flush), then makes the file durable (`fdatasync`). A local sink that
+    /// created its file also `fsync`s the file's directory after the first `fdatasync` that
+    /// succeeds, so the name survives a crash as well ([`sys::NewName`](crate::sys::NewName)).
     fn sync(&self) -> FlushFuture;
     /// Refuses further writes ([`Error::Closed`]), then [`sync`](Self::sync)s.
     fn close(&self) -> FlushFuture;

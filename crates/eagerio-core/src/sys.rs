@@ -127,6 +127,96 @@ pub fn sync_parent(path: &Path, hook: Option<&crate::fault::Hook>) -> Result<()>
     })
 }
 
+/// The name of a file a sink is about to create, until a directory `fsync` has made it durable.
+///
+/// A new file's data is durable after its `fdatasync`, but its name only after an `fsync` of its
+/// directory: without one, a crash can leave the data with no name. A sink takes one of these
+/// before it opens its file ([`NewName::before_open`]) and calls [`sync`](NewName::sync) after
+/// each successful `fdatasync`: the first such call `fsync`s the directory, later ones cost
+/// nothing. A file that existed before the open owes nothing.
+///
+/// A failed directory `fsync` is never retried into an `Ok`: every later call reports it.
+#[derive(Debug)]
+pub struct NewName {
+    state: std::sync::Mutex<NameState>,
+}
+
+#[derive(Debug)]
+enum NameState {
+    /// Created by this sink; the directory entry is not durable yet.
+    Owed(std::path::PathBuf),
+    /// Durable (or the file existed before the open).
+    Durable,
+    /// The directory's `fsync` failed with this message.
+    Failed(String),
+}
+
+impl NewName {
+    /// Looks at `path` before the sink opens it: a file that is not there yet owes a directory
+    /// `fsync` once it is created.
+    pub fn before_open(path: &Path) -> NewName {
+        let state = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => NameState::Owed(path.to_path_buf()),
+            _ => NameState::Durable,
+        };
+        NewName { state: std::sync::Mutex::new(state) }
+    }
+
+    /// Whether the name is durable: [`sync`](Self::sync) then returns `Ok` at once. Otherwise
+    /// it blocks on the directory `fsync`, or reports the one that failed.
+    pub fn is_durable(&self) -> bool {
+        matches!(*self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner), NameState::Durable)
+    }
+
+    /// After a successful `fdatasync` of the file: `fsync`s its directory if that is still owed
+    /// (blocking), through [`sync_parent`] and its fault hook.
+    ///
+    /// # Errors
+    /// The directory `fsync`'s error, now and at every later call.
+    pub fn sync(&self, hook: Option<&crate::fault::Hook>) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*st {
+            NameState::Durable => Ok(()),
+            NameState::Failed(why) => Err(io::Error::other(format!("the directory fsync failed earlier: {why}"))),
+            NameState::Owed(path) => match sync_parent(path, hook) {
+                Ok(()) => {
+                    *st = NameState::Durable;
+                    Ok(())
+                }
+                Err(e) => {
+                    let kind = e.kind();
+                    *st = NameState::Failed(e.to_string());
+                    Err(io::Error::new(kind, e))
+                }
+            },
+        }
+    }
+
+    /// [`sync`](Self::sync) on a short-lived thread, then `then` with its outcome there: for a
+    /// backend whose completions run on a thread that must not block (a ring's lane, an
+    /// executor). If no thread can be started, `then` gets that error at once.
+    pub fn sync_on_thread(
+        self: &std::sync::Arc<Self>,
+        hook: Option<crate::fault::Hook>,
+        then: impl FnOnce(io::Result<()>) + Send + 'static,
+    ) {
+        let name = self.clone();
+        let then = std::sync::Arc::new(std::sync::Mutex::new(Some(then)));
+        let on_thread = then.clone();
+        let started = std::thread::Builder::new().name("eagerio-dirsync".into()).spawn(move || {
+            let res = name.sync(hook.as_ref());
+            if let Some(f) = on_thread.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                f(res);
+            }
+        });
+        if let Err(e) = started {
+            if let Some(f) = then.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+                f(Err(e));
+            }
+        }
+    }
+}
+
 /// The direct-I/O offset alignment the filesystem reports for `file` (`STATX_DIOALIGN`), or
 /// `None` if it reports none.
 pub fn dio_alignment(file: &File) -> Option<u64> {

@@ -72,6 +72,8 @@ struct Inner {
     path: PathBuf,
     align: u64,
     hook: Option<Hook>,
+    /// The directory `fsync` a created file owes after its first `fdatasync`.
+    name: std::sync::Arc<eagerio_core::sys::NewName>,
     pump: Pump,
     st: RefCell<State>,
 }
@@ -113,6 +115,7 @@ impl GlommioWriter {
         let path = path.as_ref();
         let io_err = |source: io::Error| Error::open(path, source);
         eagerio_core::sys::check_kind(path)?;
+        let name = std::sync::Arc::new(eagerio_core::sys::NewName::before_open(path));
         let buffered = OpenOptions::new()
             .write(true)
             .create(true)
@@ -146,6 +149,7 @@ impl GlommioWriter {
                 path: path.to_path_buf(),
                 align,
                 hook: fault::injected(path),
+                name,
                 pump: Pump::new(),
                 st: RefCell::new(State::default()),
             }),
@@ -280,7 +284,9 @@ impl WriteEngine for GlommioWriter {
         self.inner.start(op);
     }
 
-    /// Starts `fdatasync` on the file before returning (queued to the ring).
+    /// Starts `fdatasync` on the file before returning (queued to the ring). After the first one
+    /// that succeeds for a file this sink created, its directory is `fsync`ed on a short-lived
+    /// thread ([`NewName`](eagerio_core::sys::NewName)): the executor never blocks on it.
     fn submit_sync(&self, op: SyncOp<Self>) {
         let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
         match fault::failure(self.inner.hook.as_ref(), point) {
@@ -288,7 +294,12 @@ impl WriteEngine for GlommioWriter {
             Ok(_) => {
                 let inner = self.inner.clone();
                 self.inner.pump.start(async move {
-                    let res = inner.buffered.fdatasync().await.map_err(io_error);
+                    let mut res = inner.buffered.fdatasync().await.map_err(io_error);
+                    if res.is_ok() && !inner.name.is_durable() {
+                        let (tx, rx) = futures::channel::oneshot::channel();
+                        inner.name.sync_on_thread(inner.hook.clone(), move |r| drop(tx.send(r)));
+                        res = rx.await.unwrap_or_else(|_| Err(io::Error::other("the directory fsync was dropped")));
+                    }
                     op.complete(res);
                 });
             }

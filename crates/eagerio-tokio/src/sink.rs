@@ -26,6 +26,7 @@ eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool });
 pub struct BlockingFile {
     file: File,
     path: PathBuf,
+    name: sys::NewName,
     hook: Option<Hook>,
     rt: tokio::runtime::Handle,
 }
@@ -40,8 +41,9 @@ impl BlockingFile {
     /// [`sys::open_sink_file`] otherwise.
     pub fn create(path: &Path, keep: bool) -> Result<(Arc<BlockingFile>, u64)> {
         let rt = crate::runtime(path)?;
+        let name = sys::NewName::before_open(path);
         let (file, end) = sys::open_sink_file(path, keep)?;
-        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), hook: fault::injected(path), rt }), end))
+        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), name, hook: fault::injected(path), rt }), end))
     }
 
     /// The file's path.
@@ -72,7 +74,8 @@ impl BlockingFile {
         }));
     }
 
-    /// Starts `op` on the blocking pool: an `fdatasync`.
+    /// Starts `op` on the blocking pool: an `fdatasync`, and after the first one that succeeds
+    /// for a file this sink created, the `fsync` of its directory ([`sys::NewName`]).
     pub fn sync<W: WriteEngine>(self: &Arc<Self>, op: SyncOp<W>)
     where
         SyncOp<W>: Send + 'static,
@@ -81,7 +84,7 @@ impl BlockingFile {
         drop(self.rt.spawn_blocking(move || {
             let point = IoPoint { kind: IoKind::Sync, offset: 0, len: 0 };
             let res = with_hook(this.hook.as_ref(), point, || this.file.sync_data().map(|()| 0));
-            op.complete(res.map(|_| ()));
+            op.complete(res.and_then(|_| this.name.sync(this.hook.as_ref())));
         }));
     }
 }

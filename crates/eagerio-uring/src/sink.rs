@@ -4,14 +4,16 @@ use std::{path::Path, sync::Arc};
 
 use eagerio_core::{
     backend::{SyncOp, WriteEngine, WriteOp},
-    fault, Error, Result, Sink, SinkOptions,
+    fault,
+    sys::NewName,
+    Error, Result, Sink, SinkOptions,
 };
 
 use eagerio_tokio::BlockingFile;
 
 use crate::{
     driver::Driver,
-    lane::{Inbox, LaneFile, Work},
+    lane::{Inbox, LaneFile, LaneSync, Work},
     ring::Mode,
 };
 
@@ -31,7 +33,7 @@ eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool } s
 
 enum Kind {
     /// Writes go through a lane of the driver.
-    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox>, driver: Driver },
+    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox>, driver: Driver, name: Arc<NewName>, hook: Option<fault::Hook> },
     /// io_uring was refused: writes run on tokio's blocking pool.
     Tokio(Arc<BlockingFile>),
 }
@@ -85,11 +87,13 @@ impl UringWriter {
                 Err(other) => return Err(other),
             },
         };
+        let name = Arc::new(NewName::before_open(path));
         let (file, end) = eagerio_core::sys::open_sink_file(path, opts.keep)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
-        let file = driver.attach(file, 1, path.to_path_buf(), fault::injected(path));
+        let hook = fault::injected(path);
+        let file = driver.attach(file, 1, path.to_path_buf(), hook.clone());
         let inbox = driver.sink_lane();
-        let w = UringWriter { kind: Arc::new(Kind::Lane { file, inbox, driver }) };
+        let w = UringWriter { kind: Arc::new(Kind::Lane { file, inbox, driver, name, hook }) };
         Sink::new(w, opts.sink)
     }
 
@@ -136,8 +140,31 @@ impl WriteEngine for UringWriter {
 
     fn submit_sync(&self, op: SyncOp<Self>) {
         match &*self.kind {
+            Kind::Lane { file, inbox, name, hook, .. } if !name.is_durable() => {
+                let op = NameAfterSync { op, name: name.clone(), hook: hook.clone() };
+                inbox.push(Work::Sync(Box::new(op), file.clone()))
+            }
             Kind::Lane { file, inbox, .. } => inbox.push(Work::Sync(Box::new(op), file.clone())),
             Kind::Tokio(file) => file.sync(op),
+        }
+    }
+}
+
+/// A sync of a file this sink created, whose directory still owes an `fsync` ([`NewName`]):
+/// the lane hands a successful `fdatasync` to a short-lived thread for the directory's `fsync`,
+/// so the lane thread never blocks on it.
+struct NameAfterSync {
+    op: SyncOp<UringWriter>,
+    name: Arc<NewName>,
+    hook: Option<fault::Hook>,
+}
+
+impl LaneSync for NameAfterSync {
+    fn complete(self: Box<Self>, result: std::io::Result<()>) {
+        let NameAfterSync { op, name, hook } = *self;
+        match result {
+            Err(e) => op.complete(Err(e)),
+            Ok(()) => name.sync_on_thread(hook, move |res| op.complete(res)),
         }
     }
 }
