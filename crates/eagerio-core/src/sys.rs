@@ -367,6 +367,60 @@ pub fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
     file.write_all_at(data, offset)
 }
 
+/// A sink file's second descriptor, opened with `O_DIRECT`: a write whose offset, length and
+/// buffer address are all multiples of the filesystem's direct-I/O alignment goes through it,
+/// from the caller's bytes straight to the device, with no copy into the page cache and nothing
+/// left for the closing `fdatasync` to write back. Other writes stay buffered.
+///
+/// The two descriptors stay coherent: a direct write's pages are never shared with a buffered
+/// write of another range (it covers whole aligned blocks), and the kernel writes back and drops
+/// any cached copy of its range first.
+#[derive(Debug)]
+pub struct DirectWrites {
+    file: File,
+    align: u64,
+}
+
+impl DirectWrites {
+    /// Opens `path` (already created) again for direct writes; `None` where the filesystem
+    /// refuses `O_DIRECT` or reports no alignment (every write is then buffered).
+    pub fn open(path: &Path) -> Option<DirectWrites> {
+        let file = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok()?;
+        let align = dio_alignment(&file)?;
+        Some(DirectWrites { file, align })
+    }
+
+    /// The alignment of offset, length and buffer address a direct write needs.
+    pub fn alignment(&self) -> u64 {
+        self.align
+    }
+
+    /// Whether `data` written at `offset` can go direct.
+    pub fn fits(&self, data: &[u8], offset: u64) -> bool {
+        let a = self.align;
+        !data.is_empty() && offset % a == 0 && data.len() as u64 % a == 0 && data.as_ptr() as u64 % a == 0
+    }
+
+    /// Writes all of `data` at `offset`: direct when it [`fits`](Self::fits), else (and for
+    /// the rest of a short direct write) through `buffered`.
+    ///
+    /// # Errors
+    /// The first `pwrite` error.
+    pub fn write_all(&self, buffered: &File, data: &[u8], offset: u64) -> io::Result<()> {
+        let mut done = 0;
+        if self.fits(data, offset) {
+            loop {
+                match self.file.write_at(data, offset) {
+                    Ok(n) => break done = n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        pwrite_all(buffered, &data[done..], offset + done as u64)
+    }
+}
+
 /// Asks the kernel to back the 2 MiB-aligned interior of `len` bytes at `ptr` with transparent
 /// huge pages (`MADV_HUGEPAGE`). A gather's fresh output is first touched by its copies, one
 /// page fault per 4 KiB page (zeroing, allocation and accounting each time: about a third of a

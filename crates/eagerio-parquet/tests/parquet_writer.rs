@@ -441,3 +441,23 @@ fn writer_bytes_match_arrow_writer_on_the_glommio_sink() {
     .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), arrow_writer_bytes(&batches(), props(Some(1000))));
 }
+
+#[test]
+fn writer_blocks_are_aligned_so_the_tokio_sink_writes_them_direct() {
+    let rt = tokio_rt();
+    let _guard = rt.enter();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("direct.parquet");
+    let sink = TokioWriter::create_blocking(&path, WriterOptions::default()).unwrap();
+    assert!(sink.engine().direct_alignment().is_some(), "the project's filesystem supports O_DIRECT");
+    let mut w = EagerArrowWriter::try_new_with_options(sink, schema(), Some(props(Some(1000))), small_opts()).unwrap();
+    for r in 0..20 {
+        w.write(&batch(1000, r * 1000)).unwrap();
+    }
+    w.close().unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let cached = eagerio_core::sys::resident_bytes(&std::fs::File::open(&path).unwrap()).unwrap();
+    // Only the last, partial block went through the page cache.
+    assert!(len > 8 * (64 << 10), "{len}");
+    assert!(cached <= 64 << 10, "{cached} of {len} bytes cached: the blocks were not written direct");
+}

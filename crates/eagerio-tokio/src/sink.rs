@@ -27,6 +27,8 @@ pub struct BlockingFile {
     file: File,
     path: PathBuf,
     name: sys::NewName,
+    /// Whole aligned blocks go through this `O_DIRECT` descriptor ([`sys::DirectWrites`]).
+    direct: Option<sys::DirectWrites>,
     hook: Option<Hook>,
     rt: tokio::runtime::Handle,
 }
@@ -43,7 +45,9 @@ impl BlockingFile {
         let rt = crate::runtime(path)?;
         let name = sys::NewName::before_open(path);
         let (file, end) = sys::open_sink_file(path, keep)?;
-        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), name, hook: fault::injected(path), rt }), end))
+        let direct = sys::DirectWrites::open(path);
+        let hook = fault::injected(path);
+        Ok((Arc::new(BlockingFile { file, path: path.to_path_buf(), name, direct, hook, rt }), end))
     }
 
     /// The file's path.
@@ -51,7 +55,15 @@ impl BlockingFile {
         &self.path
     }
 
+    /// The alignment (offset, length, buffer address) at which writes go through `O_DIRECT`,
+    /// or `None` where the filesystem refuses it and every write is buffered.
+    pub fn direct_alignment(&self) -> Option<u64> {
+        self.direct.as_ref().map(sys::DirectWrites::alignment)
+    }
+
     /// Starts `op` on the blocking pool: a `pwrite` loop to its end; a short write is an error.
+    /// A write of whole aligned blocks from an aligned buffer goes through `O_DIRECT`
+    /// ([`direct_alignment`](Self::direct_alignment)), the rest through the page cache.
     pub fn write<W: WriteEngine>(self: &Arc<Self>, op: WriteOp<W>)
     where
         WriteOp<W>: Send + 'static,
@@ -60,7 +72,11 @@ impl BlockingFile {
         drop(self.rt.spawn_blocking(move || {
             let point = IoPoint { kind: IoKind::Write, offset: op.offset(), len: op.data().len() };
             let res = with_hook(this.hook.as_ref(), point, || {
-                sys::pwrite_all(&this.file, op.data(), op.offset()).map(|()| op.data().len())
+                match &this.direct {
+                    Some(d) => d.write_all(&this.file, op.data(), op.offset()),
+                    None => sys::pwrite_all(&this.file, op.data(), op.offset()),
+                }
+                .map(|()| op.data().len())
             });
             let res = match res {
                 Ok(n) if n < op.data().len() => Err(std::io::Error::new(
@@ -102,6 +118,13 @@ impl std::fmt::Debug for TokioWriter {
 }
 
 impl TokioWriter {
+    /// The alignment (file offset, length, buffer address) at which this sink's writes go
+    /// through `O_DIRECT`, or `None` where the filesystem refuses it and every write is
+    /// buffered. An [`EagerArrowWriter`](https://docs.rs/eagerio-parquet)'s blocks are aligned.
+    pub fn direct_alignment(&self) -> Option<u64> {
+        self.inner.direct_alignment()
+    }
+
     /// Creates (or opens) `path` for writing and returns its eager sink.
     ///
     /// # Errors

@@ -29,25 +29,40 @@ pub(crate) enum Outlet {
     Caller { max_queued: usize },
 }
 
+/// The memory alignment of a block's first byte: what `O_DIRECT` asks of a buffer on the
+/// filesystems in use (4 KiB covers 512-byte and 4 KiB logical blocks).
+const BLOCK_ALIGN: usize = 4096;
+
 /// The `Write` the parquet file writer writes into: fills a block, hands it to the outlet.
+///
+/// Each block starts at a file offset that is a multiple of the block size and, in memory, at a
+/// [`BLOCK_ALIGN`]ed address: a sink that writes aligned blocks with `O_DIRECT` (tokio's,
+/// glommio's) sends every block but the last straight to the device.
 pub(crate) struct BlockWriter {
     board: Arc<Board>,
     outlet: Outlet,
+    /// The block: `block[start..]` is filled, `start` puts it on an aligned address.
     block: Vec<u8>,
+    start: usize,
     block_bytes: usize,
 }
 
 impl BlockWriter {
     pub fn new(board: Arc<Board>, outlet: Outlet, block_bytes: usize) -> BlockWriter {
-        BlockWriter { board, outlet, block: Vec::new(), block_bytes }
+        BlockWriter { board, outlet, block: Vec::new(), start: 0, block_bytes }
+    }
+
+    fn filled(&self) -> usize {
+        self.block.len().saturating_sub(self.start)
     }
 
     /// Hands the filled part of the block to the outlet.
     fn emit(&mut self) -> io::Result<()> {
-        if self.block.is_empty() {
+        if self.filled() == 0 {
             return Ok(());
         }
-        let block = Bytes::from(std::mem::take(&mut self.block));
+        // The allocation moves into `Bytes` as it is: the aligned start stays where it was.
+        let block = Bytes::from(std::mem::take(&mut self.block)).slice(self.start..);
         let len = block.len();
         match &self.outlet {
             Outlet::Sink(sink) => {
@@ -95,11 +110,13 @@ fn stopped(failure: &Option<super::board::Failed>) -> io::Error {
 impl Write for BlockWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.block.capacity() == 0 {
-            self.block.reserve_exact(self.block_bytes);
+            self.block.reserve_exact(self.block_bytes + BLOCK_ALIGN);
+            self.start = self.block.as_ptr().align_offset(BLOCK_ALIGN);
+            self.block.resize(self.start, 0);
         }
-        let n = buf.len().min(self.block_bytes - self.block.len());
+        let n = buf.len().min(self.block_bytes - self.filled());
         self.block.extend_from_slice(&buf[..n]);
-        if self.block.len() == self.block_bytes {
+        if self.filled() == self.block_bytes {
             self.emit()?;
         }
         Ok(n)
