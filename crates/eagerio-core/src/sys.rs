@@ -367,6 +367,12 @@ pub fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
     file.write_all_at(data, offset)
 }
 
+/// Whether a write of `data` at `offset` is whole blocks of `align` bytes from an address that
+/// is a multiple of `align`: what `O_DIRECT` accepts.
+pub fn direct_fits(align: u64, data: &[u8], offset: u64) -> bool {
+    !data.is_empty() && offset % align == 0 && data.len() as u64 % align == 0 && data.as_ptr() as u64 % align == 0
+}
+
 /// A sink file's second descriptor, opened with `O_DIRECT`: a write whose offset, length and
 /// buffer address are all multiples of the filesystem's direct-I/O alignment goes through it,
 /// from the caller's bytes straight to the device, with no copy into the page cache and nothing
@@ -397,8 +403,12 @@ impl DirectWrites {
 
     /// Whether `data` written at `offset` can go direct.
     pub fn fits(&self, data: &[u8], offset: u64) -> bool {
-        let a = self.align;
-        !data.is_empty() && offset % a == 0 && data.len() as u64 % a == 0 && data.as_ptr() as u64 % a == 0
+        direct_fits(self.align, data, offset)
+    }
+
+    /// The descriptor, for a backend that submits its own writes (a ring).
+    pub fn into_file(self) -> File {
+        self.file
     }
 
     /// Writes all of `data` at `offset`: direct when it [`fits`](Self::fits), else (and for

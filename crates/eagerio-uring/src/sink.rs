@@ -5,7 +5,7 @@ use std::{path::Path, sync::Arc};
 use eagerio_core::{
     backend::{SyncOp, WriteEngine, WriteOp},
     fault,
-    sys::NewName,
+    sys::{self, NewName},
     Error, Result, Sink, SinkOptions,
 };
 
@@ -33,7 +33,16 @@ eagerio_core::options_setters!(WriterOptions { sink: SinkOptions, keep: bool } s
 
 enum Kind {
     /// Writes go through a lane of the driver.
-    Lane { file: Arc<LaneFile>, inbox: Arc<Inbox>, driver: Driver, name: Arc<NewName>, hook: Option<fault::Hook> },
+    Lane {
+        file: Arc<LaneFile>,
+        /// The same file opened `O_DIRECT`, and its alignment: whole aligned blocks from aligned
+        /// buffers are written through it ([`sys::DirectWrites`]).
+        direct: Option<(Arc<LaneFile>, u64)>,
+        inbox: Arc<Inbox>,
+        driver: Driver,
+        name: Arc<NewName>,
+        hook: Option<fault::Hook>,
+    },
     /// io_uring was refused: writes run on tokio's blocking pool.
     Tokio(Arc<BlockingFile>),
 }
@@ -91,9 +100,13 @@ impl UringWriter {
         let (file, end) = eagerio_core::sys::open_sink_file(path, opts.keep)?;
         opts.sink.append_from = opts.sink.append_from.max(end);
         let hook = fault::injected(path);
+        let direct = sys::DirectWrites::open(path).map(|d| {
+            let align = d.alignment();
+            (driver.attach(d.into_file(), 1, path.to_path_buf(), hook.clone()), align)
+        });
         let file = driver.attach(file, 1, path.to_path_buf(), hook.clone());
         let inbox = driver.sink_lane();
-        let w = UringWriter { kind: Arc::new(Kind::Lane { file, inbox, driver, name, hook }) };
+        let w = UringWriter { kind: Arc::new(Kind::Lane { file, direct, inbox, driver, name, hook }) };
         Sink::new(w, opts.sink)
     }
 
@@ -112,6 +125,16 @@ impl UringWriter {
         tracing::warn!(path = %path.display(), reason = %why, "writes run on tokio's blocking pool");
         opts.sink.append_from = opts.sink.append_from.max(end);
         Sink::new(UringWriter { kind: Arc::new(Kind::Tokio(file)) }, opts.sink)
+    }
+
+    /// The alignment (file offset, length, buffer address) at which this sink's writes go
+    /// through `O_DIRECT`, or `None` where the filesystem refuses it and every write is
+    /// buffered.
+    pub fn direct_alignment(&self) -> Option<u64> {
+        match &*self.kind {
+            Kind::Lane { direct, .. } => direct.as_ref().map(|(_, a)| *a),
+            Kind::Tokio(file) => file.direct_alignment(),
+        }
     }
 
     /// How the writes run: [`Mode::Tokio`] after a fallback, else the driver's mode.
@@ -133,7 +156,13 @@ impl WriteEngine for UringWriter {
 
     fn submit_write(&self, op: WriteOp<Self>) {
         match &*self.kind {
-            Kind::Lane { file, inbox, .. } => inbox.push(Work::Write(Box::new(op), file.clone())),
+            Kind::Lane { file, direct, inbox, .. } => {
+                let target = match direct {
+                    Some((d, align)) if sys::direct_fits(*align, op.data(), op.offset()) => d,
+                    _ => file,
+                };
+                inbox.push(Work::Write(Box::new(op), target.clone()))
+            }
             Kind::Tokio(file) => file.write(op),
         }
     }
