@@ -192,6 +192,9 @@ struct Measured {
     peak_in_flight: Option<u64>,
 }
 
+/// This process's CPU time (every thread) and its peak resident set (`VmHWM`: unlike
+/// `getrusage`'s `ru_maxrss`, it starts afresh at `execve`, so a child does not inherit the
+/// parent's peak).
 fn cpu_and_rss() -> (f64, u64) {
     // SAFETY: `getrusage` fills the zeroed struct it is given; RUSAGE_SELF counts every thread.
     let ru = unsafe {
@@ -200,7 +203,11 @@ fn cpu_and_rss() -> (f64, u64) {
         ru
     };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss as u64 * 1024)
+    let hwm_kb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok()))
+        .unwrap_or(0u64);
+    (t(ru.ru_utime) + t(ru.ru_stime), hwm_kb * 1024)
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {
@@ -459,12 +466,20 @@ fn spawn_child(method: &str, cfg: Config, out: &Path) -> Res<Run> {
     })
 }
 
-/// A hash of a file's bytes, to tell identical outputs apart from different ones.
+/// A hash of a file's bytes, to tell identical outputs apart from different ones; read in
+/// pieces, so the parent stays small (its children start from its size).
 fn file_hash(path: &Path) -> Res<u64> {
-    let data = std::fs::read(path)?;
+    use std::io::Read;
+    let mut f = File::open(path)?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    h.write(&data);
-    Ok(h.finish())
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.finish());
+        }
+        h.write(&buf[..n]);
+    }
 }
 
 /// Reads a written file back: row count and the first column's sum, and pyarrow's row count

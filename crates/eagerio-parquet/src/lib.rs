@@ -1,4 +1,4 @@
-//! Parquet over eagerio: an [`AsyncFileReader`](parquet::arrow::async_reader::AsyncFileReader)
+//! Parquet over eagerio: an [`AsyncFileReader`]
 //! whose byte ranges are one eager gather, and a writer that encodes on every core while its
 //! column chunks are written.
 //!
@@ -57,9 +57,12 @@
 mod reader;
 pub mod writer;
 
-#[allow(unused_imports)] // for the docs' links
-use eagerio_core::{DataSink, Source};
 use parquet::errors::ParquetError;
+#[allow(unused_imports)] // for the docs' links
+use {
+    eagerio_core::{DataSink, Source},
+    parquet::arrow::async_reader::AsyncFileReader,
+};
 
 pub use reader::{EagerReader, ReaderStats, DEFAULT_FOOTER_PREFETCH};
 pub use writer::{AtomicFile, EagerArrowWriter, EagerWriterOptions, WriterFailed, WriterStats};

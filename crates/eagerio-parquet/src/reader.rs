@@ -132,7 +132,7 @@ impl<E: ReadEngine + Send + Sync + 'static> AsyncFileReader for EagerReader<E> {
     ///
     /// # Errors
     /// An inverted range or one past the end of the file, before any I/O; a short read or an
-    /// I/O error naming the offset. All as [`ParquetError::External`].
+    /// I/O error naming the offset. All as [`ParquetError::External`](parquet::errors::ParquetError::External).
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, Result<Bytes>> {
         self.gather(std::slice::from_ref(&range)).map(|r| r.map(|mut v| v.pop().expect("one range"))).boxed()
     }
