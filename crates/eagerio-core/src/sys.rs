@@ -155,7 +155,8 @@ impl NewName {
     /// Looks at `path` before the sink opens it: a file that is not there yet owes a directory
     /// `fsync` once it is created.
     pub fn before_open(path: &Path) -> NewName {
-        let state = match std::fs::symlink_metadata(path) {
+        // Following links: a dangling link's target is created by the open.
+        let state = match std::fs::metadata(path) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => NameState::Owed(path.to_path_buf()),
             _ => NameState::Durable,
         };
@@ -178,7 +179,8 @@ impl NewName {
         match &*st {
             NameState::Durable => Ok(()),
             NameState::Failed(why) => Err(io::Error::other(format!("the directory fsync failed earlier: {why}"))),
-            NameState::Owed(path) => match sync_parent(path, hook) {
+            // The directory that holds the file itself, past any link to it.
+            NameState::Owed(path) => match sync_parent(&std::fs::canonicalize(path).unwrap_or(path.clone()), hook) {
                 Ok(()) => {
                     *st = NameState::Durable;
                     Ok(())
@@ -392,7 +394,9 @@ impl DirectWrites {
     /// refuses `O_DIRECT` or reports no alignment (every write is then buffered).
     pub fn open(path: &Path) -> Option<DirectWrites> {
         let file = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT).open(path).ok()?;
-        let align = dio_alignment(&file)?;
+        // At least a page: a direct write then never shares a page with a buffered write of a
+        // neighbouring range, whatever the device's sector size.
+        let align = dio_alignment(&file)?.max(4096);
         Some(DirectWrites { file, align })
     }
 

@@ -205,6 +205,9 @@ fn writer_refuses_bad_input_before_any_io_and_keeps_serving() {
         EagerArrowWriter::try_new_with_options(sink.clone(), schema(), None, EagerWriterOptions::default().threads(0))
             .unwrap_err();
     assert!(err.to_string().contains("threads"), "{err}");
+    let odd = EagerWriterOptions::default().block_bytes(5000);
+    let err = EagerArrowWriter::try_new_with_options(sink.clone(), schema(), None, odd).unwrap_err();
+    assert!(err.to_string().contains("multiple of 4096"), "{err}");
     assert_eq!(sink.stats().writes, 0, "refused before any I/O");
 
     let mut w = EagerArrowWriter::try_new(sink, schema(), Some(props(Some(1000)))).unwrap();
@@ -460,4 +463,28 @@ fn writer_blocks_are_aligned_so_the_tokio_sink_writes_them_direct() {
     // Only the last, partial block went through the page cache.
     assert!(len > 8 * (64 << 10), "{len}");
     assert!(cached <= 64 << 10, "{cached} of {len} bytes cached: the blocks were not written direct");
+}
+
+#[test]
+fn writer_local_mode_appends_only_while_the_sink_has_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("room.parquet");
+    let _slow = fault::inject(&path, Hook::write_latency(std::time::Duration::from_millis(2)));
+    let p = path.clone();
+    eagerio_glommio::block_on(async move {
+        let opts = eagerio_glommio::WriterOptions::default()
+            .sink(eagerio_core::SinkOptions::default().max_in_flight_bytes(32 << 10));
+        let sink = eagerio_glommio::GlommioWriter::create(&p, opts).await.unwrap();
+        let small = EagerWriterOptions::default().threads(2).block_bytes(16 << 10);
+        let mut w = EagerArrowWriter::try_new_local(sink.clone(), schema(), Some(props(Some(1000))), small).unwrap();
+        let mut most = 0;
+        for r in 0..20 {
+            w.write_async(&batch(1000, r * 1000)).await.unwrap();
+            most = most.max(sink.stats().queued);
+        }
+        w.close_async().await.unwrap();
+        // Handed-back blocks wait in the writer, not in the sink's queue.
+        assert!(most <= 1, "{most} appends queued in the sink at once");
+    })
+    .unwrap();
 }

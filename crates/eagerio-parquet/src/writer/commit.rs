@@ -17,6 +17,8 @@ use eagerio_core::{fault, sys, Error};
 /// syncs the sink, renames the temporary file to the target (replacing any file there, as
 /// `rename(2)` does) and `fsync`s the directory so the new name survives a crash. Dropping it
 /// uncommitted (the writer failed, or was dropped before `close`) removes the temporary file.
+/// If the rename succeeds but the directory's `fsync` fails, `close` reports that failure with
+/// the complete file already at the target: its name may not survive a crash.
 ///
 /// # Examples
 /// ```no_run

@@ -23,7 +23,7 @@
 //! is over it; a single larger batch is still taken when the queue is empty). So the writer holds
 //! at most
 //!
-//! `row_groups_in_flight × (encoded size of a row group) + max_queued_bytes + block_bytes`
+//! `row_groups_in_flight × (encoded size of a row group) + max_queued_bytes + one batch + block_bytes`
 //!
 //! plus the sink's in-flight bound ([`eagerio_core::SinkOptions::max_in_flight_bytes`]; the
 //! splicer waits for [`DataSink::ready`] after each block). [`WriterStats`] reports the peaks.
@@ -39,8 +39,9 @@
 //!   caller's part above and never encodes.
 //! - A sink that is not `Send` (glommio's) is written through
 //!   [`try_new_local`](EagerArrowWriter::try_new_local): the splicer hands its blocks back and the
-//!   writer's async calls append them on the caller's thread, so blocks written while the caller
-//!   is elsewhere wait for its next call (at most `max_queued_bytes` of them).
+//!   writer's async calls append them on the caller's thread while the sink has room under its
+//!   in-flight bound, so blocks written while the caller is elsewhere wait for its next call (at
+//!   most `max_queued_bytes` of them: past that the splicer waits).
 //!
 //! # Failures
 //! The first failure poisons the writer: an encoder's error or panic, the splicer's, a failed
@@ -68,12 +69,11 @@ use std::{
     future::Future,
     sync::Arc,
     task::{Context, Poll},
-    thread::JoinHandle,
 };
 
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
-use eagerio_core::{DataSink, WriteFuture};
+use eagerio_core::{DataSink, ReadyFuture, WriteFuture};
 use parquet::{
     arrow::{arrow_writer::ArrowRowGroupWriterFactory, ArrowWriter},
     errors::{ParquetError, Result},
@@ -96,7 +96,8 @@ pub struct EagerWriterOptions {
     pub row_groups_in_flight: usize,
     /// Input bytes queued for the encoders before a `write` waits. Default 64 MiB.
     pub max_queued_bytes: usize,
-    /// Bytes per sink append. Default 4 MiB.
+    /// Bytes per sink append: a multiple of 4096 (so that the tokio and io_uring sinks write
+    /// the blocks with `O_DIRECT`), at most 1 GiB. Default 4 MiB.
     pub block_bytes: usize,
 }
 
@@ -151,10 +152,11 @@ pub struct EagerArrowWriter<S> {
     leaves: Vec<usize>,
     max_rows: Option<usize>,
     opts: EagerWriterOptions,
-    threads: Vec<JoinHandle<()>>,
     /// Blocks come back to this thread ([`Outlet::Caller`]).
     local: bool,
     local_writes: Vec<WriteFuture>,
+    /// Local mode: the wait for room in the sink before the next handed-back block.
+    local_ready: Option<ReadyFuture>,
     commit: Option<AtomicFile>,
     closed: bool,
 }
@@ -240,14 +242,17 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
         props: Option<WriterProperties>,
         opts: EagerWriterOptions,
     ) -> Result<Self> {
-        for (name, value) in [
-            ("threads", opts.threads),
-            ("row_groups_in_flight", opts.row_groups_in_flight),
-            ("block_bytes", opts.block_bytes),
-        ] {
+        for (name, value) in [("threads", opts.threads), ("row_groups_in_flight", opts.row_groups_in_flight)] {
             if value == 0 {
                 return Err(general(format!("EagerWriterOptions::{name} must be at least 1")));
             }
+        }
+        if opts.block_bytes == 0 || !opts.block_bytes.is_multiple_of(4096) || opts.block_bytes > 1 << 30 {
+            return Err(general(format!(
+                "EagerWriterOptions::block_bytes is {}: it must be a multiple of 4096 (so blocks can go \
+                 through O_DIRECT) and at most 1 GiB",
+                opts.block_bytes
+            )));
         }
         let props = props.unwrap_or_default();
         if props.max_row_group_bytes().is_some() {
@@ -272,7 +277,7 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
         for leaf in 0..descr.num_columns() {
             leaves[descr.get_column_root_idx(leaf)] += 1;
         }
-        let mut w = EagerArrowWriter {
+        let w = EagerArrowWriter {
             sink,
             board: board.clone(),
             schema: schema.clone(),
@@ -280,9 +285,9 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
             leaves,
             max_rows,
             opts,
-            threads: Vec::new(),
             local: false,
             local_writes: Vec::new(),
+            local_ready: None,
             commit: None,
             closed: false,
         };
@@ -292,12 +297,15 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
                 .spawn(f)
                 .map_err(|e| general(format!("starting a parquet writer thread: {e}")))
         };
+        // The threads are not joined: each returns by itself once the board says stop (the
+        // footer written, a failure, or the writer dropped), the splicer perhaps after the sink's
+        // in-flight writes end. Nothing waits for them on the caller's thread.
         for i in 0..w.opts.threads {
             let (b, s) = (board.clone(), schema.clone());
-            w.threads.push(spawn(format!("eagerio-encode-{i}"), Box::new(move || encode::run(b, s)))?);
+            spawn(format!("eagerio-encode-{i}"), Box::new(move || encode::run(b, s)))?;
         }
         let b = board.clone();
-        w.threads.push(spawn("eagerio-splice".into(), Box::new(move || splice::run(b, file)))?);
+        spawn("eagerio-splice".into(), Box::new(move || splice::run(b, file)))?;
         Ok(w)
     }
 
@@ -404,10 +412,6 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
             })
             .await;
         self.closed = true;
-        for t in std::mem::take(&mut self.threads) {
-            // Every thread sees the footer or the failure and returns: these joins are short.
-            let _ = t.join();
-        }
         let meta = match footer {
             Ok(meta) => meta,
             Err(e) => {
@@ -478,27 +482,37 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
     }
 
     fn poll_until<T>(&mut self, cx: &mut Context<'_>, until: &mut dyn FnMut(&mut State) -> Option<T>) -> Poll<T> {
+        if self.local {
+            self.append_handed_back(cx);
+        }
+        let board = self.board.clone();
+        let mut st = board.lock();
+        if self.local {
+            self.reap_local(&mut st);
+        }
+        if let Some(t) = until(&mut st) {
+            return Poll::Ready(t);
+        }
+        Board::park_caller(&mut st, cx.waker());
+        Poll::Pending
+    }
+
+    /// Local mode: appends the blocks the splicer handed back, one at a time while the sink has
+    /// room under its in-flight bound ([`DataSink::ready`]); the rest wait in the outbox, where
+    /// they hold the splicer back.
+    fn append_handed_back(&mut self, cx: &mut Context<'_>) {
         loop {
-            let board = self.board.clone();
-            let mut st = board.lock();
-            if self.local && !st.outbox.is_empty() {
-                let blocks: Vec<_> = st.outbox.drain(..).collect();
-                st.outbox_bytes = 0;
-                board.notify(&mut st);
-                drop(st);
-                for block in blocks {
-                    self.local_writes.push(self.sink.append(block));
-                }
-                continue;
+            let ready = self.local_ready.get_or_insert_with(|| self.sink.ready());
+            if std::pin::Pin::new(ready).poll(cx).is_pending() {
+                return;
             }
-            if self.local {
-                self.reap_local(&mut st);
-            }
-            if let Some(t) = until(&mut st) {
-                return Poll::Ready(t);
-            }
-            Board::park_caller(&mut st, cx.waker());
-            return Poll::Pending;
+            self.local_ready = None;
+            let mut st = self.board.lock();
+            let Some(block) = st.outbox.pop_front() else { return };
+            st.outbox_bytes -= block.len();
+            self.board.notify(&mut st);
+            drop(st);
+            self.local_writes.push(self.sink.append(block));
         }
     }
 
