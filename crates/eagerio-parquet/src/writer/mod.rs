@@ -2,8 +2,8 @@
 //!
 //! # How a file is made
 //! - **The caller's thread** checks each batch, cuts it at row-group boundaries (exactly where
-//!   [`ArrowWriter`] cuts) and queues one task per top-level column: a few microseconds per batch
-//!   and column, no encoding.
+//!   [`ArrowWriter`] cuts) and queues one task per top-level column: one slice per batch and one
+//!   queue push per column, no encoding.
 //! - **Encoder threads** ([`EagerWriterOptions::threads`], default: the available cores) take a
 //!   column's queued batches and encode them with parquet's own `ArrowColumnWriter`. A column's
 //!   batches are encoded in order on one thread at a time; different columns, and the next row
@@ -27,7 +27,9 @@
 //!
 //! plus the sink's in-flight bound ([`eagerio_core::SinkOptions::max_in_flight_bytes`]; the
 //! splicer waits for [`DataSink::ready`] after each block). [`WriterStats`] reports the peaks.
-//! With the defaults and 64 MiB row groups: 2 × 64 + 64 + 4 MiB, plus the sink's 64 MiB.
+//! With the defaults and 64 MiB row groups: 2 × 64 + 64 + one batch + 4 MiB, plus the sink's
+//! 64 MiB. A writer made with [`try_new_local`](EagerArrowWriter::try_new_local) also holds up to
+//! `max_queued_bytes` of blocks waiting for the caller's thread.
 //!
 //! # Blocking, async, and sinks that are not `Send`
 //! - [`write`](EagerArrowWriter::write) and [`close`](EagerArrowWriter::close) block the calling
