@@ -283,13 +283,18 @@ fn parallel_peer<W: Write + Send>(out: W, cfg: Config, input: Box<dyn Iterator<I
     Ok(file.into_inner()?)
 }
 
+/// The number in environment variable `key`, or `default`.
+fn env_usize(key: &str, default: usize) -> usize {
+    std::env::var(key).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn eager_opts() -> EagerWriterOptions {
-    let mb = std::env::var("EAGERIO_PQW_BLOCK_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(4usize);
+    let mb = env_usize("EAGERIO_PQW_BLOCK_MB", 4);
     EagerWriterOptions::default().block_bytes(mb << 20)
 }
 
 fn sink_opts() -> eagerio_core::SinkOptions {
-    let mb = std::env::var("EAGERIO_PQW_INFLIGHT_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64usize);
+    let mb = env_usize("EAGERIO_PQW_INFLIGHT_MB", 64);
     eagerio_core::SinkOptions::default().max_in_flight_bytes(mb << 20)
 }
 
@@ -544,9 +549,8 @@ fn main() -> Res<()> {
         return child(&args);
     }
     let smoke = std::env::var_os("EAGERIO_BENCH_SMOKE").is_some();
-    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    let rows = env("EAGERIO_PQW_ROWS", if smoke { 20_000 } else { 1_000_000 });
-    let runs = env("EAGERIO_PQW_RUNS", if smoke { 1 } else { 5 });
+    let rows = env_usize("EAGERIO_PQW_ROWS", if smoke { 20_000 } else { 1_000_000 });
+    let runs = env_usize("EAGERIO_PQW_RUNS", if smoke { 1 } else { 5 });
     let dir = std::env::var_os("EAGERIO_PQW_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pqw"));
