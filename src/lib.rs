@@ -8,6 +8,9 @@
 //! - `tokio` (default): [`tokio`], reads and writes on tokio's blocking pool.
 //! - `uring` (default): [`uring`], io_uring lanes with registered staging.
 //! - `glommio` (default): [`glommio`], thread-per-core over glommio's `DmaFile`.
+//! - `local-store` (default): [`local_store`], an `object_store::ObjectStore` over a local
+//!   directory whose reads are gathers and whose writes are eager sinks, for DataFusion and
+//!   anything else that reads through object_store.
 //! - `object-store` (off by default: it brings an HTTP client): [`object_store`], range GETs
 //!   and multipart uploads on any `object_store::ObjectStore` (S3, GCS, Azure, local, memory).
 //!
@@ -22,6 +25,10 @@
 //! ```
 
 mod open;
+
+/// An `object_store::ObjectStore` over local files whose reads are eagerio gathers.
+#[cfg(feature = "local-store")]
+pub mod local_store;
 
 pub use eagerio_core as core;
 pub use eagerio_core::{

@@ -87,8 +87,14 @@ pub async fn open_rows(url: &str, layout: RowLayout, opts: OpenOptions) -> Resul
     }
 }
 
+/// The engine local files open on: the io_uring lanes where built with `uring`, else tokio's.
 #[cfg(feature = "uring")]
-async fn local_source(path: PathBuf) -> Result<eagerio_core::Source<eagerio_uring::UringEngine>> {
+pub(crate) type LocalEngine = eagerio_uring::UringEngine;
+#[cfg(all(feature = "tokio", not(feature = "uring")))]
+pub(crate) type LocalEngine = eagerio_tokio::TokioEngine;
+
+#[cfg(feature = "uring")]
+pub(crate) async fn local_source(path: PathBuf) -> Result<eagerio_core::Source<eagerio_uring::UringEngine>> {
     let source = eagerio_uring::UringEngine::open(&path, Default::default()).await?;
     let e = source.engine();
     tracing::info!(path = %path.display(), mode = ?e.mode(), reason = ?e.fallback_reason(), "opened on io_uring lanes");
@@ -96,7 +102,7 @@ async fn local_source(path: PathBuf) -> Result<eagerio_core::Source<eagerio_urin
 }
 
 #[cfg(all(feature = "tokio", not(feature = "uring")))]
-async fn local_source(path: PathBuf) -> Result<eagerio_core::Source<eagerio_tokio::TokioEngine>> {
+pub(crate) async fn local_source(path: PathBuf) -> Result<eagerio_core::Source<eagerio_tokio::TokioEngine>> {
     tracing::info!(path = %path.display(), "opened on the tokio backend (eagerio built without `uring`)");
     eagerio_tokio::TokioEngine::open(&path, Default::default()).await
 }

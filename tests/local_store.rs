@@ -1,0 +1,229 @@
+//! `EagerLocalStore`: object_store's own integration suite, unchanged, and the bad inputs of a
+//! local store (paths out of the root, directories, FIFOs, files that shrink).
+#![cfg(feature = "local-store")]
+// One-range lists are what these calls take.
+#![allow(clippy::single_range_in_vec_init)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use eagerio::local_store::{EagerLocalStore, LocalStoreOptions};
+use futures::StreamExt;
+use object_store::{integration::*, local::LocalFileSystem, path::Path, ObjectStore, ObjectStoreExt};
+
+fn store() -> (tempfile::TempDir, EagerLocalStore) {
+    let root = tempfile::tempdir().unwrap();
+    let store = EagerLocalStore::new(root.path()).unwrap();
+    (root, store)
+}
+
+/// The cases `LocalFileSystem`'s own tests run (`file_test` in object_store's `local.rs`), and
+/// the multipart cases that need no `MultipartStore`, in the same order, on one store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_passes_object_stores_integration_suite() {
+    let (_root, s) = store();
+    put_get_delete_list(&s).await;
+    list_with_offset_exclusivity(&s).await;
+    get_opts(&s).await;
+    list_uses_directories_correctly(&s).await;
+    list_with_delimiter(&s).await;
+    rename_and_copy(&s).await;
+    copy_if_not_exists(&s).await;
+    copy_rename_nonexistent_object(&s).await;
+    stream_get(&s).await;
+    put_opts(&s, false).await;
+    multipart_race_condition(&s, true).await;
+    multipart_out_of_order(&s).await;
+    let e = get_nonexistent_object(&s, None).await.unwrap_err();
+    assert!(matches!(e, object_store::Error::NotFound { .. }), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_reads_what_local_file_system_wrote_with_the_same_etag() {
+    let (root, s) = store();
+    let lfs = LocalFileSystem::new_with_prefix(root.path()).unwrap();
+    let data: Bytes = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let p = Path::from("a/b/t.bin");
+    lfs.put(&p, data.clone().into()).await.unwrap();
+    assert_eq!(s.head(&p).await.unwrap(), lfs.head(&p).await.unwrap());
+    let ranges = [0..90, 150_000..150_090, 4096..4096, 10..20_000, 199_990..200_000];
+    let ours = s.get_ranges(&p, &ranges).await.unwrap();
+    assert_eq!(ours, lfs.get_ranges(&p, &ranges).await.unwrap());
+    for (r, b) in ranges.iter().zip(&ours) {
+        assert_eq!(b, &data.slice(r.start as usize..r.end as usize));
+    }
+    // And the other way round, with a get past the 8 MiB chunk (three gathers).
+    let big: Bytes = (0..20_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    s.put(&Path::from("big.bin"), big.clone().into()).await.unwrap();
+    assert_eq!(lfs.head(&Path::from("big.bin")).await.unwrap(), s.head(&Path::from("big.bin")).await.unwrap());
+    assert_eq!(lfs.get(&Path::from("big.bin")).await.unwrap().bytes().await.unwrap(), big);
+    assert_eq!(s.get(&Path::from("big.bin")).await.unwrap().bytes().await.unwrap(), big);
+    let r = s.get_range(&Path::from("big.bin"), 8_388_000..16_777_300).await.unwrap();
+    assert_eq!(r, big.slice(8_388_000..16_777_300));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_refuses_ranges_outside_the_object() {
+    let (_root, s) = store();
+    let p = Path::from("t.bin");
+    s.put(&p, vec![1u8; 100].into()).await.unwrap();
+    for bad in [[0..101], [100..101], [200..300]] {
+        let e = s.get_ranges(&p, &bad).await.unwrap_err();
+        assert!(matches!(e, object_store::Error::Generic { .. }), "{bad:?}: {e}");
+        assert!(e.to_string().contains("range"), "{e}");
+    }
+    #[allow(clippy::reversed_empty_ranges)]
+    let e = s.get_ranges(&p, &[50..40]).await.unwrap_err();
+    assert!(e.to_string().contains("starts after its end"), "{e}");
+    // As LocalFileSystem: a get_range past the end is cut at the end; one starting past it fails.
+    assert_eq!(s.get_range(&p, 90..200).await.unwrap().len(), 10);
+    assert!(s.get_range(&p, 100..200).await.is_err());
+    // The store still serves.
+    assert_eq!(s.get_ranges(&p, &[0..100]).await.unwrap()[0].len(), 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_never_reads_through_a_symlink_out_of_its_root() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.bin");
+    std::fs::write(&secret, b"not yours").unwrap();
+    let (root, s) = store();
+    std::fs::write(root.path().join("inside.bin"), b"yours").unwrap();
+    std::os::unix::fs::symlink(&secret, root.path().join("abs")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../../../../../../../..".to_string() + secret.to_str().unwrap(),
+        root.path().join("rel"),
+    )
+    .unwrap();
+    std::fs::create_dir(root.path().join("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.path().join("d/out")).unwrap();
+    // A link that stays inside the root reads, as in LocalFileSystem.
+    std::os::unix::fs::symlink("inside.bin", root.path().join("ok")).unwrap();
+    assert_eq!(s.get(&Path::from("ok")).await.unwrap().bytes().await.unwrap(), Bytes::from_static(b"yours"));
+    for name in ["abs", "rel", "d/out/secret.bin"] {
+        let p = Path::from(name);
+        for e in [
+            s.get(&p).await.map(drop).unwrap_err(),
+            s.get_ranges(&p, &[0..3]).await.map(drop).unwrap_err(),
+            s.head(&p).await.map(drop).unwrap_err(),
+        ] {
+            assert!(matches!(e, object_store::Error::PermissionDenied { .. }), "{name}: {e}");
+            assert!(e.to_string().contains("outside the store's root"), "{name}: {e}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_refuses_directories_and_fifos_without_blocking() {
+    let (root, s) = store();
+    std::fs::create_dir(root.path().join("dir")).unwrap();
+    let e = s.get(&Path::from("dir")).await.map(drop).unwrap_err();
+    assert!(matches!(e, object_store::Error::NotFound { .. }), "{e}");
+    let fifo = std::ffi::CString::new(root.path().join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let p = Path::from("fifo");
+    let limit = Duration::from_secs(10);
+    for e in [
+        tokio::time::timeout(limit, s.get(&p)).await.expect("a FIFO must not block a get").map(drop).unwrap_err(),
+        tokio::time::timeout(limit, s.get_ranges(&p, &[0..1]))
+            .await
+            .expect("a FIFO must not block get_ranges")
+            .map(drop)
+            .unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("is a FIFO, not a regular file"), "{e}");
+    }
+    let e = s.get(&Path::from("missing")).await.map(drop).unwrap_err();
+    assert!(matches!(e, object_store::Error::NotFound { .. }), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_sees_a_file_cut_after_head_and_during_a_get() {
+    let (root, s) = store();
+    let p = Path::from("t.bin");
+    let data: Bytes = (0..48u32 << 20).map(|i| (i % 253) as u8).collect();
+    s.put(&p, data.clone().into()).await.unwrap();
+    let meta = s.head(&p).await.unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(root.path().join("t.bin")).unwrap();
+    file.set_len(1 << 20).unwrap();
+    // Cut after head: the ranges head promised are refused, before any read.
+    let e = s.get_ranges(&p, &[0..meta.size]).await.unwrap_err();
+    assert!(e.to_string().contains("ends past the end of the object"), "{e}");
+    // Cut during a get: the first gathers are in flight when the file shrinks; the stream
+    // yields a prefix of the old bytes, then an error, never other bytes.
+    file.set_len(data.len() as u64).unwrap();
+    std::fs::write(root.path().join("t.bin"), &data).unwrap();
+    let mut stream = s.get(&p).await.unwrap().into_stream();
+    file.set_len(1 << 20).unwrap();
+    let mut got = 0usize;
+    let mut failed = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(b) => {
+                assert_eq!(b, data.slice(got..got + b.len()), "bytes at {got}");
+                got += b.len();
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let e = failed.expect("a get of a file cut to 1 MiB must fail");
+    assert!(got < data.len(), "{got}");
+    assert!(e.to_string().contains("reading t.bin"), "{e}");
+    // The store still serves what is there.
+    assert_eq!(s.get_range(&p, 0..10).await.unwrap(), data.slice(0..10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_rereads_replaced_objects_and_bounds_open_files() {
+    let root = tempfile::tempdir().unwrap();
+    let s = EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().max_open_files(2)).unwrap();
+    let p = Path::from("t.bin");
+    s.put(&p, vec![1u8; 4096].into()).await.unwrap();
+    assert_eq!(s.get_ranges(&p, &[0..4]).await.unwrap()[0], Bytes::from_static(&[1, 1, 1, 1]));
+    s.put(&p, vec![2u8; 8192].into()).await.unwrap();
+    assert_eq!(s.get_ranges(&p, &[4096..4100]).await.unwrap()[0], Bytes::from_static(&[2, 2, 2, 2]));
+    // Rewritten in place (same inode, same size): the times change, so it is read anew.
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(root.path().join("t.bin"), vec![3u8; 8192]).unwrap();
+    assert_eq!(s.get_ranges(&p, &[0..4]).await.unwrap()[0], Bytes::from_static(&[3, 3, 3, 3]));
+    // Replaced by another writer's rename (a new inode): the new file is read, not the old.
+    std::fs::write(root.path().join("t.new"), vec![4u8; 8192]).unwrap();
+    std::fs::rename(root.path().join("t.new"), root.path().join("t.bin")).unwrap();
+    assert_eq!(s.get_ranges(&p, &[0..4]).await.unwrap()[0], Bytes::from_static(&[4, 4, 4, 4]));
+    // Grown in place: the new bytes are in range.
+    let f = std::fs::OpenOptions::new().append(true).open(root.path().join("t.bin")).unwrap();
+    std::io::Write::write_all(&mut &f, &[5u8; 4096]).unwrap();
+    assert_eq!(s.get_ranges(&p, &[12_000..12_004]).await.unwrap()[0], Bytes::from_static(&[5, 5, 5, 5]));
+    for name in ["a", "b", "c"] {
+        s.put(&Path::from(name), vec![9u8; 100].into()).await.unwrap();
+        s.get_ranges(&Path::from(name), &[0..1]).await.unwrap();
+        assert!(s.open_files() <= 2, "{}", s.open_files());
+    }
+    assert_eq!(s.open_files(), 2);
+    s.delete(&Path::from("c")).await.unwrap();
+    assert_eq!(s.open_files(), 1, "a deleted object's file is closed");
+    assert!(EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().max_open_files(0)).is_err());
+    assert!(EagerLocalStore::new(root.path().join("missing")).is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_put_create_refuses_an_existing_object_and_leaves_no_staged_file() {
+    let (root, s) = store();
+    let p = Path::from("x/t.bin");
+    s.put(&p, vec![1u8; 10].into()).await.unwrap();
+    let opts = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+    let e = s.put_opts(&p, vec![2u8; 10].into(), opts).await.unwrap_err();
+    assert!(matches!(e, object_store::Error::AlreadyExists { .. }), "{e}");
+    assert_eq!(s.get(&p).await.unwrap().bytes().await.unwrap(), Bytes::from(vec![1u8; 10]));
+    let mut up = s.put_multipart(&Path::from("x/u.bin")).await.unwrap();
+    up.put_part(vec![5u8; 100].into()).await.unwrap();
+    drop(up);
+    let names: Vec<_> = std::fs::read_dir(root.path().join("x")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("t.bin")], "staged files are removed");
+    let listed: Vec<_> = s.list(None).map(|m| m.unwrap().location.to_string()).collect().await;
+    assert_eq!(listed, vec!["x/t.bin".to_string()]);
+}
