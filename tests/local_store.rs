@@ -4,6 +4,8 @@
 // One-range lists are what these calls take.
 #![allow(clippy::single_range_in_vec_init)]
 
+#[cfg(feature = "object-store")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -226,4 +228,20 @@ async fn local_store_put_create_refuses_an_existing_object_and_leaves_no_staged_
     assert_eq!(names, vec![std::ffi::OsString::from("t.bin")], "staged files are removed");
     let listed: Vec<_> = s.list(None).map(|m| m.unwrap().location.to_string()).collect().await;
     assert_eq!(listed, vec!["x/t.bin".to_string()]);
+}
+
+/// The object-store backend takes the store like any other: its range GETs become gathers.
+#[cfg(feature = "object-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_serves_the_object_store_backend() {
+    use eagerio::object_store::{ObjectStoreEngine, ObjectStoreOptions};
+    let (_root, s) = store();
+    let data: Bytes = (0..90_000u32).map(|i| (i % 241) as u8).collect();
+    let p = Path::from("rows.bin");
+    s.put(&p, data.clone().into()).await.unwrap();
+    let layout = eagerio::RowLayout { base: 0, row_size: 90, rows: None };
+    let table = ObjectStoreEngine::open_rows(Arc::new(s), p, layout, ObjectStoreOptions::default()).await.unwrap();
+    let rows = table.gather(&[999, 0, 42, 999]).unwrap().await.unwrap();
+    let want: Vec<u8> = [999usize, 0, 42, 999].iter().flat_map(|&r| data[r * 90..r * 90 + 90].to_vec()).collect();
+    assert_eq!(&rows[..], &want[..]);
 }

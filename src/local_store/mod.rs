@@ -1,4 +1,5 @@
-//! [`EagerLocalStore`]: an [`ObjectStore`] over a local directory whose reads are eagerio
+//! [`EagerLocalStore`](crate::local_store::EagerLocalStore): an
+//! [`ObjectStore`](::object_store::ObjectStore) over a local directory whose reads are eagerio
 //! gathers, a drop-in for object_store's [`LocalFileSystem`] in DataFusion, delta-rs, parquet's
 //! `ParquetObjectReader` and anything else that takes an `Arc<dyn ObjectStore>`.
 //!
@@ -24,7 +25,7 @@
 //! returns. That poll resolves the object's path (`openat2` + `fstat`, a few microseconds when
 //! the directory is cached), plans the gather and submits it. The first read of a file also
 //! opens it, on the blocking pool; the open source is cached (at most
-//! [`LocalStoreOptions::max_open_files`], least recently used closed first) and reused while
+//! [`LocalStoreOptions::max_open_files`](crate::local_store::LocalStoreOptions::max_open_files), least recently used closed first) and reused while
 //! the file's inode, size and times are unchanged, so an object replaced by a `put` is read
 //! anew. Dropping a read's future or stream stops the reads not yet started; buffers the kernel
 //! still writes into are freed only when it is done (eagerio's invariant).
@@ -47,7 +48,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`LocalFileSystem`]: object_store::local::LocalFileSystem
+//! [`LocalFileSystem`]: ::object_store::local::LocalFileSystem
 
 mod read;
 mod resolve;
