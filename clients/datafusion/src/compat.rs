@@ -6,7 +6,7 @@ use std::{fmt, ops::Range, sync::Arc};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::{stream::BoxStream, StreamExt, TryStreamExt};
+use futures::{stream::BoxStream, FutureExt, StreamExt, TryFutureExt, TryStreamExt};
 use object_store as os14;
 use object_store_013 as os13;
 
@@ -61,7 +61,7 @@ fn meta13(m: os14::ObjectMeta) -> os13::ObjectMeta {
 }
 
 fn put_result13(r: os14::PutResult) -> os13::PutResult {
-    os13::PutResult { e_tag: r.e_tag, version: r.version, ..Default::default() }
+    os13::PutResult { e_tag: r.e_tag, version: r.version }
 }
 
 fn payload14(p: os13::PutPayload) -> os14::PutPayload {
@@ -72,7 +72,10 @@ fn no_attributes(what: &str, empty: bool) -> os13::Result<()> {
     if empty {
         Ok(())
     } else {
-        Err(os13::Error::NotImplemented { operation: format!("`{what}` with attributes"), implementer: "Compat".into() })
+        Err(os13::Error::NotImplemented {
+            operation: format!("`{what}` with attributes"),
+            implementer: "Compat".into(),
+        })
     }
 }
 
@@ -106,7 +109,9 @@ impl os13::ObjectStore for Compat {
         let mode = match opts.mode {
             os13::PutMode::Overwrite => os14::PutMode::Overwrite,
             os13::PutMode::Create => os14::PutMode::Create,
-            os13::PutMode::Update(v) => os14::PutMode::Update(os14::UpdateVersion { e_tag: v.e_tag, version: v.version }),
+            os13::PutMode::Update(v) => {
+                os14::PutMode::Update(os14::UpdateVersion { e_tag: v.e_tag, version: v.version })
+            }
         };
         let opts = os14::PutOptions { mode, ..Default::default() };
         self.0.put_opts(&path14(location), payload14(payload), opts).await.map(put_result13).map_err(err13)
@@ -143,13 +148,7 @@ impl os13::ObjectStore for Compat {
             os14::GetResultPayload::File(f, p) => os13::GetResultPayload::File(f, p),
             os14::GetResultPayload::Stream(s) => os13::GetResultPayload::Stream(s.map_err(err13).boxed()),
         };
-        Ok(os13::GetResult {
-            payload,
-            meta: meta13(r.meta),
-            range: r.range,
-            attributes: Default::default(),
-            extensions: Default::default(),
-        })
+        Ok(os13::GetResult { payload, meta: meta13(r.meta), range: r.range, attributes: Default::default() })
     }
 
     async fn get_ranges(&self, location: &os13::path::Path, ranges: &[Range<u64>]) -> os13::Result<Vec<Bytes>> {

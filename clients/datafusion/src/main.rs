@@ -9,7 +9,8 @@
 //! Each round runs every store in its own child process (so each has its own peak RSS), the
 //! stores in turn: interleaved, so the disk's drift falls on both. A child makes a fresh
 //! `SessionContext` with the store registered for `file://`, and for each query evicts the
-//! file (`POSIX_FADV_DONTNEED`), runs it cold, then runs it again warm. It prints each time and
+//! file (`POSIX_FADV_DONTNEED`), runs it cold, reads the whole file through the page cache,
+//! then runs it again warm. It prints each time and
 //! a hash of the sorted, formatted result; the parent checks that both stores' results agree.
 
 mod compat;
@@ -58,10 +59,12 @@ fn mix(mut x: u64) -> u64 {
 /// projection of 3 of the 120 value columns, and a scan of every column.
 fn queries(rows: u64) -> Vec<(&'static str, String)> {
     let lo = rows / 2;
-    let all: Vec<String> = (0..COLUMNS).map(|c| format!("max(c{c})")).collect();
+    // avg, never min/max/count alone: DataFusion answers those from the footer's statistics
+    // without reading a page.
+    let all: Vec<String> = (0..COLUMNS).map(|c| format!("avg(c{c})")).collect();
     vec![
         ("selective", format!("SELECT id, c7, s FROM t WHERE id BETWEEN {lo} AND {} ORDER BY id", lo + 999)),
-        ("projection", "SELECT sum(c1), sum(c40), avg(c81) FROM t".to_string()),
+        ("projection", "SELECT avg(c1), avg(c40), avg(c81) FROM t".to_string()),
         ("full scan", format!("SELECT count(*), {} FROM t", all.join(", "))),
     ]
 }
@@ -96,7 +99,9 @@ fn write_dataset(path: &Path, rows: u64) -> Res<()> {
                 cols.push(Arc::new(Float64Array::from_iter_values(v.map(|x| (x >> 11) as f64 / 1e6))));
             }
         }
-        cols.push(Arc::new(StringArray::from_iter_values((start..start + n).map(|i| format!("row-{}", mix(i) % 1000)))));
+        cols.push(Arc::new(StringArray::from_iter_values(
+            (start..start + n).map(|i| format!("row-{}", mix(i) % 1000)),
+        )));
         w.write(&RecordBatch::try_new(schema.clone(), cols)?)?;
         start += n;
     }
@@ -108,6 +113,16 @@ fn write_dataset(path: &Path, rows: u64) -> Res<()> {
 
 fn evict(path: &Path) -> Res<()> {
     eagerio::core::sys::evict(path)?;
+    Ok(())
+}
+
+/// Warm: the whole file read through the page cache first (eagerio's cold reads are direct and
+/// leave nothing cached, so a plain repeat would be a second cold run for it).
+fn cache(path: &Path) -> Res<()> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4 << 20];
+    while f.read(&mut buf)? > 0 {}
     Ok(())
 }
 
@@ -138,6 +153,7 @@ fn child(store: &str, file: &Path, rows: u64) -> Res<()> {
             let t = Instant::now();
             let cold = ctx.sql(&sql).await?.collect().await?;
             let cold_ms = t.elapsed().as_secs_f64() * 1e3;
+            cache(file)?;
             let t = Instant::now();
             let warm = ctx.sql(&sql).await?.collect().await?;
             let warm_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -182,7 +198,12 @@ fn main() -> Res<()> {
         write_dataset(&file, rows)?;
     }
     let size = std::fs::metadata(&file)?.len();
-    println!("DataFusion {}: {} ({:.0} MB), {runs} interleaved rounds", datafusion::DATAFUSION_VERSION, file.display(), size as f64 / 1e6);
+    println!(
+        "DataFusion {}: {} ({:.0} MB), {runs} interleaved rounds",
+        datafusion::DATAFUSION_VERSION,
+        file.display(),
+        size as f64 / 1e6
+    );
     let qs = queries(rows);
     // [store][query] -> cold, warm samples; [store] -> peak RSS
     let mut cold = vec![vec![Vec::new(); qs.len()]; STORES.len()];
