@@ -213,6 +213,60 @@ async fn local_store_rereads_replaced_objects_and_bounds_open_files() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_never_writes_or_moves_through_a_symlink_out_of_its_root() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.bin"), b"not yours").unwrap();
+    let (root, s) = store();
+    std::fs::create_dir(root.path().join("d")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.path().join("d/out")).unwrap();
+    s.put(&Path::from("mine.bin"), vec![1u8; 10].into()).await.unwrap();
+    let denied = |e: object_store::Error| assert!(matches!(e, object_store::Error::PermissionDenied { .. }), "{e}");
+    denied(s.put(&Path::from("d/out/new.bin"), vec![2u8; 10].into()).await.unwrap_err());
+    denied(s.put(&Path::from("d/out/sub/new.bin"), vec![2u8; 10].into()).await.unwrap_err());
+    denied(s.put_multipart(&Path::from("d/out/new.bin")).await.map(drop).unwrap_err());
+    denied(s.rename(&Path::from("d/out/secret.bin"), &Path::from("stolen.bin")).await.unwrap_err());
+    denied(s.copy(&Path::from("d/out/secret.bin"), &Path::from("stolen.bin")).await.unwrap_err());
+    denied(s.copy(&Path::from("mine.bin"), &Path::from("d/out/mine.bin")).await.unwrap_err());
+    denied(s.rename(&Path::from("mine.bin"), &Path::from("d/out/mine.bin")).await.unwrap_err());
+    let mut outside_names: Vec<_> =
+        std::fs::read_dir(outside.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    outside_names.sort();
+    assert_eq!(outside_names, vec![std::ffi::OsString::from("secret.bin")], "nothing written outside the root");
+    assert!(root.path().join("mine.bin").exists() && !root.path().join("stolen.bin").exists());
+    // An empty range reads nothing, wherever it is, as in LocalFileSystem.
+    assert_eq!(s.get_ranges(&Path::from("mine.bin"), &[10..10, 200..200]).await.unwrap(), vec![Bytes::new(); 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_concurrent_creates_publish_exactly_one_whole_object() {
+    let (root, s) = store();
+    let s = std::sync::Arc::new(s);
+    let p = Path::from("k.bin");
+    for round in 0..20u8 {
+        let _ = s.delete(&p).await;
+        let puts = (0..6u8).map(|i| {
+            let (s, p) = (s.clone(), p.clone());
+            tokio::spawn(async move {
+                let opts = object_store::PutOptions { mode: object_store::PutMode::Create, ..Default::default() };
+                s.put_opts(&p, vec![round.wrapping_mul(7).wrapping_add(i); 1 << 20].into(), opts).await.map(|_| i)
+            })
+        });
+        let results: Vec<_> = futures::future::join_all(puts).await.into_iter().map(|r| r.unwrap()).collect();
+        let won: Vec<u8> = results.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        assert_eq!(won.len(), 1, "round {round}: {results:?}");
+        for r in &results {
+            if let Err(e) = r {
+                assert!(matches!(e, object_store::Error::AlreadyExists { .. }), "{e}");
+            }
+        }
+        let got = s.get(&p).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got, Bytes::from(vec![round.wrapping_mul(7).wrapping_add(won[0]); 1 << 20]), "round {round}");
+        let names: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("k.bin")], "round {round}: staged files left");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_store_put_create_refuses_an_existing_object_and_leaves_no_staged_file() {
     let (root, s) = store();
     let p = Path::from("x/t.bin");

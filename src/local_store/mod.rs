@@ -31,10 +31,15 @@
 //! still writes into are freed only when it is done (eagerio's invariant).
 //!
 //! # Paths outside the root
-//! Every read resolves its path beneath the root with `openat2(RESOLVE_BENEATH)`: a symlink
-//! that leaves the root is refused with `PermissionDenied`, never followed (where
-//! `LocalFileSystem` follows it). A FIFO, socket or device is refused before it is opened,
-//! so a read never blocks on one. A directory reads as `NotFound`, as in `LocalFileSystem`.
+//! Every read resolves its path beneath the root with `openat2(RESOLVE_BENEATH)`, from a
+//! descriptor of the root opened with the store: a symlink that leaves the root is refused with
+//! `PermissionDenied`, never followed (where `LocalFileSystem` follows it). Writes, copies and
+//! renames check the same way that their source is a file beneath the root and that their
+//! target's directory resolves beneath it. A FIFO, socket or device is refused before it is
+//! opened, so a read never blocks on one. A directory reads as `NotFound`, as in
+//! `LocalFileSystem`. If the root directory itself is replaced (renamed away and made anew),
+//! reads keep resolving in the directory the store opened, while names and listings follow the
+//! path: make a new store.
 //!
 //! # Examples
 //! ```no_run
@@ -165,6 +170,23 @@ impl EagerLocalStore {
         Ok((full, rel))
     }
 
+    /// `location`'s paths, after checking that the directory it goes in resolves beneath the
+    /// root: a write never follows a symlink out of it.
+    fn write_paths(&self, location: &ObjectPath) -> object_store::Result<(PathBuf, PathBuf)> {
+        let (full, rel) = self.paths(location)?;
+        let dir = rel.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        self.root.check_dir(dir, location)?;
+        Ok((full, rel))
+    }
+
+    /// Checks that `from` is a file beneath the root and that `to` goes beneath it, before a
+    /// copy or rename, which `LocalFileSystem` does by path.
+    fn check_move(&self, from: &ObjectPath, to: &ObjectPath) -> object_store::Result<()> {
+        let (_, rel) = self.paths(from)?;
+        self.root.resolve(&rel, from)?;
+        self.write_paths(to).map(drop)
+    }
+
     fn forget(&self, location: &ObjectPath) {
         if let Ok((_, rel)) = self.paths(location) {
             self.files.lock().expect("open files").forget(&rel);
@@ -214,7 +236,7 @@ impl ObjectStore for EagerLocalStore {
             }
         };
         refuse_attributes("put_opts", opts.attributes.is_empty())?;
-        let (full, rel) = self.paths(location)?;
+        let (full, rel) = self.write_paths(location)?;
         let staged = Staged::create(full, rel, &self.base).await?;
         futures::future::try_join_all(write::write_payload(&staged, 0, &payload)).await?;
         staged.publish(how, &self.files).await
@@ -226,7 +248,7 @@ impl ObjectStore for EagerLocalStore {
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         refuse_attributes("put_multipart_opts", opts.attributes.is_empty())?;
-        let (full, rel) = self.paths(location)?;
+        let (full, rel) = self.write_paths(location)?;
         let staged = Staged::create(full, rel, &self.base).await?;
         Ok(Box::new(Upload::new(staged, self.files.clone())))
     }
@@ -304,6 +326,7 @@ impl ObjectStore for EagerLocalStore {
     }
 
     async fn copy_opts(&self, from: &ObjectPath, to: &ObjectPath, options: CopyOptions) -> object_store::Result<()> {
+        self.check_move(from, to)?;
         self.fs.copy_opts(from, to, options).await?;
         self.forget(to);
         Ok(())
@@ -315,6 +338,7 @@ impl ObjectStore for EagerLocalStore {
         to: &ObjectPath,
         options: RenameOptions,
     ) -> object_store::Result<()> {
+        self.check_move(from, to)?;
         self.fs.rename_opts(from, to, options).await?;
         self.forget(from);
         self.forget(to);

@@ -90,7 +90,17 @@ pub(super) async fn source(
     if let Some(s) = files.lock().expect("open files").get(rel, ident) {
         return Ok(s);
     }
-    let source = Arc::new(local_source(resolved.reopen_path()).await.map_err(|e| failed(location, e))?);
+    // The open runs in its own task holding a second descriptor of the file, so the
+    // `/proc/self/fd` path stays this file's even if this future is dropped mid-open.
+    let fd = resolved.keep().map_err(generic)?;
+    let path = resolved.reopen_path();
+    let opened = tokio::spawn(async move {
+        let source = local_source(path).await;
+        drop(fd);
+        source
+    });
+    let source = opened.await.map_err(|e| generic(std::io::Error::other(e)))?;
+    let source = Arc::new(source.map_err(|e| failed(location, e))?);
     files.lock().expect("open files").insert(rel.to_path_buf(), ident, source.clone());
     Ok(source)
 }
@@ -143,10 +153,10 @@ impl fmt::Display for BadRange {
 impl std::error::Error for BadRange {}
 
 /// Checks `ranges` against an object of `size` bytes as `LocalFileSystem::get_ranges` does:
-/// every range must lie inside the object (an empty one may start at its end).
+/// every non-empty range must lie inside the object (an empty one reads nothing, anywhere).
 pub(super) fn check_ranges(location: &ObjectPath, ranges: &[Range<u64>], size: u64) -> object_store::Result<()> {
     for r in ranges {
-        if r.start > r.end || r.end > size || (r.start == size && r.start != r.end) {
+        if r.start > r.end || (r.start < r.end && r.end > size) {
             return Err(generic(BadRange { location: location.to_string(), range: r.clone(), size }));
         }
     }

@@ -73,7 +73,19 @@ impl Root {
         &self.path
     }
 
+    /// `openat2` beneath the root, as `O_PATH`. Retried on `EAGAIN`, which `RESOLVE_BENEATH`
+    /// returns when a `..` is resolved while a rename runs anywhere on the system.
     fn openat2(&self, rel: &Path) -> io::Result<OwnedFd> {
+        let mut tries = 0;
+        loop {
+            match self.openat2_once(rel) {
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < 16 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn openat2_once(&self, rel: &Path) -> io::Result<OwnedFd> {
         let c = cstring(rel)?;
         // SAFETY: `open_how` is plain data; all-zero is a valid value, then filled in.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -107,13 +119,7 @@ impl Root {
     pub(super) fn resolve(&self, rel: &Path, location: &ObjectPath) -> object_store::Result<Resolved> {
         let fd = self.openat2(rel).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOENT | libc::ENOTDIR) => not_found(location, e),
-            Some(libc::EXDEV) => object_store::Error::PermissionDenied {
-                path: location.to_string(),
-                source: Box::new(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("{location} resolves outside the store's root {}", self.path.display()),
-                )),
-            },
+            Some(libc::EXDEV) => self.outside(location),
             _ => generic(io::Error::new(e.kind(), format!("{location}: {e}"))),
         })?;
         let st = fstat(&fd).map_err(|e| generic(io::Error::new(e.kind(), format!("{location}: {e}"))))?;
@@ -145,6 +151,32 @@ impl Root {
     }
 }
 
+impl Root {
+    fn outside(&self, location: &ObjectPath) -> object_store::Error {
+        object_store::Error::PermissionDenied {
+            path: location.to_string(),
+            source: Box::new(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{location} resolves outside the store's root {}", self.path.display()),
+            )),
+        }
+    }
+
+    /// Checks that the directory `rel_dir` (relative to the root), where `location` is about to
+    /// be written, resolves beneath the root. A missing directory passes (it is created, and
+    /// the kernel reports an escape before a missing component); other failures are left to
+    /// the write, which reports them.
+    ///
+    /// # Errors
+    /// `PermissionDenied` if it resolves outside the root.
+    pub(super) fn check_dir(&self, rel_dir: &Path, location: &ObjectPath) -> object_store::Result<()> {
+        match self.openat2(rel_dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(self.outside(location)),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Resolved {
     pub(super) fn ident(&self) -> Ident {
         self.ident
@@ -152,6 +184,12 @@ impl Resolved {
 
     pub(super) fn size(&self) -> u64 {
         self.ident.size
+    }
+
+    /// A second descriptor of the resolved file, to keep [`reopen_path`](Self::reopen_path)
+    /// valid for as long as an open through it may run.
+    pub(super) fn keep(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
     }
 
     /// A path that opens this very file (the `/proc/self/fd` link of the resolved descriptor),
@@ -177,7 +215,8 @@ impl Resolved {
 /// The ETag `LocalFileSystem` gives a file: inode, modification time in microseconds and size,
 /// in hex, quoted.
 pub(super) fn etag(ino: u64, (secs, nanos): (i64, i64), size: u64) -> String {
-    let micros = (secs.max(0) as u128) * 1_000_000 + (nanos.max(0) as u128) / 1_000;
+    // Before 1970 counts as 0, as `LocalFileSystem` does.
+    let micros = if secs < 0 { 0 } else { (secs as u128) * 1_000_000 + (nanos.max(0) as u128) / 1_000 };
     format!("\"{ino:x}-{micros:x}-{size:x}\"")
 }
 

@@ -33,26 +33,28 @@ pub(super) struct Staged {
     target: PathBuf,
     /// The target relative to the root: its cached source is closed once replaced.
     rel: PathBuf,
-    published: bool,
+    /// The staged file is the publish step's now (it removes it if it fails), or published.
+    handed_off: bool,
 }
 
 impl Staged {
-    /// Creates the staged file (and the target's missing directories, made durable).
+    /// Creates the staged file (and the target's missing directories, made durable) and its
+    /// sink, in one blocking-pool task: if the caller's future is dropped meanwhile, the
+    /// task's `Staged` is dropped with its result, which removes the file.
     pub(super) async fn create(target: PathBuf, rel: PathBuf, root: &Path) -> object_store::Result<Staged> {
         let root = root.to_path_buf();
-        let t = target.clone();
-        let staged = tokio::task::spawn_blocking(move || claim_staged_name(&t, &root))
-            .await
-            .map_err(|e| generic(io::Error::other(e)))?
-            .map_err(generic)?;
-        let sink = match TokioWriter::create(&staged, WriterOptions::default().keep(true)).await {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = std::fs::remove_file(&staged);
-                return Err(generic(e));
+        tokio::task::spawn_blocking(move || {
+            let staged = claim_staged_name(&target, &root).map_err(generic)?;
+            match TokioWriter::create_blocking(&staged, WriterOptions::default().keep(true)) {
+                Ok(sink) => Ok(Staged { sink, staged, target, rel, handed_off: false }),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&staged);
+                    Err(generic(e))
+                }
             }
-        };
-        Ok(Staged { sink, staged, target, rel, published: false })
+        })
+        .await
+        .map_err(|e| generic(io::Error::other(e)))?
     }
 
     /// Starts the write of `data` at `offset`, now; the future reports it.
@@ -65,10 +67,12 @@ impl Staged {
     pub(super) async fn publish(mut self, how: Publish, files: &Mutex<OpenFiles>) -> object_store::Result<PutResult> {
         self.sink.close().await.map_err(generic)?;
         let (staged, target) = (self.staged.clone(), self.target.clone());
+        // From here the staged name is `publish`'s: it removes the file if it fails, and a
+        // second removal by name could hit another upload's file that took the name since.
+        self.handed_off = true;
         let e_tag = tokio::task::spawn_blocking(move || publish(&staged, &target, how))
             .await
             .map_err(|e| generic(io::Error::other(e)))??;
-        self.published = true;
         files.lock().expect("open files").forget(&self.rel);
         Ok(PutResult { e_tag: Some(e_tag), version: None, extensions: Default::default() })
     }
@@ -76,7 +80,7 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if !self.published {
+        if !self.handed_off {
             // The sink's writes drain on their own; the name goes now.
             let _ = std::fs::remove_file(&self.staged);
         }
