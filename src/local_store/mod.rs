@@ -113,9 +113,8 @@ impl LocalStoreOptions {
 /// docs](self) for what it does and when.
 pub struct EagerLocalStore {
     fs: LocalFileSystem,
+    /// The root (its canonical path, as `LocalFileSystem` spells it, and its descriptor).
     root: Root,
-    /// The root as `LocalFileSystem` spells it (canonical), to make paths relative.
-    base: PathBuf,
     files: Arc<Mutex<OpenFiles>>,
 }
 
@@ -146,7 +145,7 @@ impl EagerLocalStore {
         let root = Root::open(&base)
             .map_err(|e| generic(std::io::Error::new(e.kind(), format!("{}: {e}", base.display()))))?;
         let fs = LocalFileSystem::new_with_prefix(&base)?.with_fsync(true);
-        Ok(EagerLocalStore { fs, root, base, files: Arc::new(Mutex::new(OpenFiles::new(opts.max_open_files))) })
+        Ok(EagerLocalStore { fs, root, files: Arc::new(Mutex::new(OpenFiles::new(opts.max_open_files))) })
     }
 
     /// The root directory (canonical).
@@ -163,7 +162,7 @@ impl EagerLocalStore {
     /// path relative to the root.
     fn paths(&self, location: &ObjectPath) -> object_store::Result<(PathBuf, PathBuf)> {
         let full = self.fs.path_to_filesystem(location)?;
-        let rel = full.strip_prefix(&self.base).map_err(|_| object_store::Error::InvalidPath {
+        let rel = full.strip_prefix(self.root.path()).map_err(|_| object_store::Error::InvalidPath {
             source: object_store::path::Error::InvalidPath { path: full.clone() },
         })?;
         let rel = if rel.as_os_str().is_empty() { PathBuf::from(".") } else { rel.to_path_buf() };
@@ -196,13 +195,16 @@ impl EagerLocalStore {
 
 impl fmt::Display for EagerLocalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "EagerLocalStore({})", self.base.display())
+        write!(f, "EagerLocalStore({})", self.root.path().display())
     }
 }
 
 impl fmt::Debug for EagerLocalStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EagerLocalStore").field("root", &self.base).field("open_files", &self.open_files()).finish()
+        f.debug_struct("EagerLocalStore")
+            .field("root", &self.root.path())
+            .field("open_files", &self.open_files())
+            .finish()
     }
 }
 
@@ -237,7 +239,7 @@ impl ObjectStore for EagerLocalStore {
         };
         refuse_attributes("put_opts", opts.attributes.is_empty())?;
         let (full, rel) = self.write_paths(location)?;
-        let staged = Staged::create(full, rel, &self.base).await?;
+        let staged = Staged::create(full, rel, self.root.path()).await?;
         futures::future::try_join_all(write::write_payload(&staged, 0, &payload)).await?;
         staged.publish(how, &self.files).await
     }
@@ -249,7 +251,7 @@ impl ObjectStore for EagerLocalStore {
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         refuse_attributes("put_multipart_opts", opts.attributes.is_empty())?;
         let (full, rel) = self.write_paths(location)?;
-        let staged = Staged::create(full, rel, &self.base).await?;
+        let staged = Staged::create(full, rel, self.root.path()).await?;
         Ok(Box::new(Upload::new(staged, self.files.clone())))
     }
 

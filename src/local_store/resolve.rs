@@ -8,7 +8,6 @@
 
 use std::{
     ffi::CString,
-    fs::File,
     io,
     os::{
         fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -221,9 +220,9 @@ pub(super) fn etag(ino: u64, (secs, nanos): (i64, i64), size: u64) -> String {
 }
 
 /// The ETag of the file at `path` (a staged upload about to be published).
-pub(super) fn etag_of(file: &File) -> io::Result<String> {
+pub(super) fn etag_of(path: &Path) -> io::Result<String> {
     use std::os::unix::fs::MetadataExt;
-    let m = file.metadata()?;
+    let m = std::fs::metadata(path)?;
     Ok(etag(m.ino(), (m.mtime(), m.mtime_nsec()), m.size()))
 }
 

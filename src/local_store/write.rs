@@ -127,7 +127,7 @@ fn create_dirs(dir: &Path, root: &Path) -> io::Result<()> {
 /// ETag is the staged file's (the same inode).
 fn publish(staged: &Path, target: &Path, how: Publish) -> object_store::Result<String> {
     let result = (|| {
-        let e_tag = etag_of(&std::fs::File::open(staged).map_err(generic)?).map_err(generic)?;
+        let e_tag = etag_of(staged).map_err(generic)?;
         match how {
             Publish::Overwrite => std::fs::rename(staged, target).map_err(generic)?,
             Publish::Create => match std::fs::hard_link(staged, target) {
@@ -153,16 +153,18 @@ fn publish(staged: &Path, target: &Path, how: Publish) -> object_store::Result<S
 }
 
 /// `put_multipart`: each part's write starts in `put_part`, at the offset the parts before it
-/// end at; `complete` publishes as `put` does.
+/// end at; `complete` publishes as `put` does. Every method takes `&mut self`, so the staged
+/// file needs no lock; the write futures a part returns hold nothing of it.
 pub(super) struct Upload {
-    state: Arc<tokio::sync::Mutex<Option<Staged>>>,
+    /// `None` once completed or aborted.
+    staged: Option<Staged>,
     files: Arc<Mutex<OpenFiles>>,
     offset: u64,
 }
 
 impl Upload {
     pub(super) fn new(staged: Staged, files: Arc<Mutex<OpenFiles>>) -> Upload {
-        Upload { state: Arc::new(tokio::sync::Mutex::new(Some(staged))), files, offset: 0 }
+        Upload { staged: Some(staged), files, offset: 0 }
     }
 }
 
@@ -198,28 +200,17 @@ impl MultipartUpload for Upload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         let offset = self.offset;
         self.offset += data.content_length() as u64;
-        // Started here when the upload is idle (the usual case); otherwise once `complete` or
-        // `abort` lets go of it, which then refuses the part.
-        let writes = self.state.try_lock().ok().map(|g| g.as_ref().map(|s| write_payload(s, offset, &data)));
-        let state = self.state.clone();
-        async move {
-            let writes = match writes {
-                Some(w) => w,
-                None => state.lock().await.as_ref().map(|s| write_payload(s, offset, &data)),
-            };
-            let writes = writes.ok_or_else(aborted)?;
-            futures::future::try_join_all(writes).await.map(drop)
-        }
-        .boxed()
+        let writes = self.staged.as_ref().map(|s| write_payload(s, offset, &data));
+        async move { futures::future::try_join_all(writes.ok_or_else(aborted)?).await.map(drop) }.boxed()
     }
 
     async fn complete(&mut self) -> object_store::Result<PutResult> {
-        let staged = self.state.lock().await.take().ok_or_else(aborted)?;
+        let staged = self.staged.take().ok_or_else(aborted)?;
         staged.publish(Publish::Overwrite, &self.files).await
     }
 
     async fn abort(&mut self) -> object_store::Result<()> {
-        let staged = self.state.lock().await.take().ok_or_else(aborted)?;
+        let staged = self.staged.take().ok_or_else(aborted)?;
         drop(staged); // removes the staged file
         Ok(())
     }
