@@ -2,18 +2,25 @@
 //! file, with a markdown report and SVG charts under `target/eagerio-bench/`.
 //!
 //! ```text
-//! cargo bench --bench gather                     # the full run: 2 GiB table, 3 runs per cell
+//! cargo bench --bench gather                     # the full run: 2 GiB table, 2 rounds of 3 runs
 //! cargo bench --bench gather -- --smoke          # small table, one run (CI); or EAGERIO_BENCH_SMOKE=1
 //! ```
 //!
-//! Environment overrides: `EAGERIO_BENCH_MB` (table size), `EAGERIO_BENCH_RUNS`,
-//! `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`), `EAGERIO_BENCH_DIR` (output folder),
-//! `EAGERIO_BENCH_EVICT=fadvise` (never drop_caches, which empties every process's page cache).
-//! `benches/setup.sh` installs fio, the ceiling.
+//! Environment overrides: `EAGERIO_BENCH_MB` (table size), `EAGERIO_BENCH_ROUNDS`,
+//! `EAGERIO_BENCH_RUNS` (per round), `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`),
+//! `EAGERIO_BENCH_METHODS` (comma list; W1 runs the methods whose name contains one of them),
+//! `EAGERIO_BENCH_DIR` (output folder), `EAGERIO_BENCH_EVICT=fadvise` (never drop_caches, which
+//! empties every process's page cache). `benches/setup.sh` installs fio, the ceiling.
+//!
+//! The disk's price: each W1 round starts with fio random reads at 1, 4, 8 and 16 KiB (QD128),
+//! fitted by least squares to a cost per read plus a cost per KiB. A method's plan (the device
+//! reads and bytes of its run, from `/sys/block/*/stat`) is priced with it: a cold gather at
+//! 1.00x of its price runs its plan at the disk's limit.
 //!
 //! Workloads:
 //! - W1 cold: random rows (drawn with replacement, fresh ids every run), the table's pages
-//!   evicted before every timed gather;
+//!   evicted before every timed gather; rounds one after the other, and within a round, run r of
+//!   every method on the same ids before run r + 1 (the disk drifts by minutes);
 //! - W2 warm: the same gathers after one untimed pass;
 //! - W3: a fan-out of 228 chunk writes, lazy deferred futures against the eager sink, with and
 //!   without 2 ms injected per write;
@@ -38,12 +45,13 @@ use std::{
 };
 
 use methods::{Env, Family, Method, Res};
-use report::{best_baseline, Cell, Sample};
+use report::{Cell, Sample};
 
 /// What to run; the full run's values unless smoke or the environment says otherwise.
 struct Config {
     smoke: bool,
     table_bytes: u64,
+    rounds: usize,
     runs: usize,
     rows: usize,
     row_sizes: Vec<u64>,
@@ -58,7 +66,10 @@ struct Config {
     sink_latency: Duration,
     fio_secs: u32,
     fio_jobs: Vec<(u64, u32)>,
+    /// Block sizes of the price's fio jobs (QD [`PRICE_DEPTH`]), run at the start of each round.
+    price_bs: Vec<u64>,
     only: Option<Vec<String>>,
+    methods: Option<Vec<String>>,
     dir: PathBuf,
 }
 
@@ -78,9 +89,16 @@ impl Config {
             || std::env::var("EAGERIO_BENCH_SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
         let mb: u64 = env_parse("EAGERIO_BENCH_MB")?.unwrap_or(if smoke { 64 } else { 2048 });
         let runs: usize = env_parse("EAGERIO_BENCH_RUNS")?.unwrap_or(if smoke { 1 } else { 3 });
-        let only = std::env::var("EAGERIO_BENCH_ONLY")
-            .ok()
-            .map(|s| s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect());
+        let rounds: usize = env_parse("EAGERIO_BENCH_ROUNDS")?.unwrap_or(if smoke { 1 } else { 2 });
+        let list = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|s| s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect())
+        };
+        let (only, methods) = (list("EAGERIO_BENCH_ONLY"), list("EAGERIO_BENCH_METHODS"));
+        if runs == 0 || rounds == 0 {
+            return Err("EAGERIO_BENCH_RUNS and EAGERIO_BENCH_ROUNDS must be at least 1".into());
+        }
         // Smoke runs (CI) keep their own table and report, so they never overwrite a full run's.
         let dir = std::env::var_os("EAGERIO_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| {
             let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/eagerio-bench");
@@ -94,6 +112,7 @@ impl Config {
             Config {
                 smoke,
                 table_bytes: mb << 20,
+                rounds,
                 runs,
                 rows: 2_000,
                 row_sizes: vec![90, 4096, 5120],
@@ -107,14 +126,17 @@ impl Config {
                 sink_max: 64 << 10,
                 sink_latency: Duration::from_millis(2),
                 fio_secs: 1,
-                fio_jobs: vec![(4096, 128)],
+                fio_jobs: vec![],
+                price_bs: vec![4096, 16384],
                 only,
+                methods,
                 dir,
             }
         } else {
             Config {
                 smoke,
                 table_bytes: mb << 20,
+                rounds,
                 runs,
                 rows: 40_000,
                 row_sizes: vec![90, 4096, 5120],
@@ -128,8 +150,10 @@ impl Config {
                 sink_max: 2 << 20,
                 sink_latency: Duration::from_millis(2),
                 fio_secs: 5,
-                fio_jobs: vec![(4096, 1), (4096, 32), (4096, 128), (512, 32), (512, 512)],
+                fio_jobs: vec![(4096, 1), (4096, 32), (4096, 512)],
+                price_bs: vec![1024, 4096, 8192, 16384],
                 only,
+                methods,
                 dir,
             }
         };
@@ -143,12 +167,19 @@ impl Config {
         self.only.as_ref().is_none_or(|o| o.iter().any(|x| x == part))
     }
 
+    fn wants_method(&self, name: &str) -> bool {
+        let name = name.to_lowercase();
+        self.methods.as_ref().is_none_or(|m| m.iter().any(|x| name.contains(x.as_str())))
+    }
+
     fn command(&self) -> String {
         let mut envs = Vec::new();
         for v in [
             "EAGERIO_BENCH_MB",
+            "EAGERIO_BENCH_ROUNDS",
             "EAGERIO_BENCH_RUNS",
             "EAGERIO_BENCH_ONLY",
+            "EAGERIO_BENCH_METHODS",
             "EAGERIO_BENCH_SMOKE",
             "EAGERIO_BENCH_EVICT",
         ] {
@@ -263,6 +294,40 @@ fn prepare(env: &Env, m: &mut dyn Method, row_size: u64, notes: &mut Vec<String>
     }
 }
 
+/// The depth of the price's fio jobs.
+const PRICE_DEPTH: u32 = 128;
+
+/// One fio job, when fio runs here; a failure is noted.
+fn run_fio(cfg: &Config, path: &Path, runs: bool, bs: u64, qd: u32, notes: &mut Vec<String>) -> Option<fio::FioResult> {
+    if !runs {
+        return None;
+    }
+    eprintln!("fio: {bs} B random direct reads, io_uring, QD {qd}, {} s", cfg.fio_secs);
+    match fio::run(path, bs, qd, cfg.fio_secs) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            notes.push(format!("fio {bs} B QD {qd}: {e}"));
+            None
+        }
+    }
+}
+
+/// A round's price: fio at each of the price's block sizes, and the fit.
+fn price_round(
+    cfg: &Config,
+    path: &Path,
+    runs: bool,
+    notes: &mut Vec<String>,
+) -> (Vec<fio::FioResult>, Option<fio::Price>) {
+    let jobs: Vec<fio::FioResult> =
+        cfg.price_bs.iter().filter_map(|&bs| run_fio(cfg, path, runs, bs, PRICE_DEPTH, notes)).collect();
+    let price = fio::Price::fit(&jobs, PRICE_DEPTH);
+    if let Some(p) = price {
+        eprintln!("price: {}", p.describe());
+    }
+    (jobs, price)
+}
+
 fn seed(workload: u64, row_size: u64, size: usize, run: usize) -> u64 {
     table::mix(workload << 56 ^ row_size << 32 ^ (size as u64) << 8 ^ run as u64)
 }
@@ -308,63 +373,71 @@ fn main() -> Res<()> {
             .unwrap_or(false)
     };
 
-    // fio, the ceiling.
+    // fio: the ceiling by depth (once), and the price (at the start of every W1 round).
     let mut fio_results = Vec::new();
-    let fio_note;
-    if !cfg.wants("fio") {
-        fio_note = "fio: not run (EAGERIO_BENCH_ONLY)".to_string();
-    } else if fio::available() {
-        for &(bs, qd) in &cfg.fio_jobs {
-            eprintln!("fio: {bs} B random direct reads, io_uring, QD {qd}, {} s", cfg.fio_secs);
-            match fio::run(&path, bs, qd, cfg.fio_secs) {
-                Ok(r) => fio_results.push(r),
-                Err(e) => notes.push(format!("fio {bs} B QD {qd}: {e}")),
-            }
-        }
-        fio_note = String::new();
+    let fio_runs = cfg.wants("fio") && fio::available();
+    let fio_note = if !cfg.wants("fio") {
+        "fio: not run (EAGERIO_BENCH_ONLY)".to_string()
+    } else if !fio_runs {
+        "fio: not installed (run benches/setup.sh); no price".to_string()
     } else {
-        fio_note = "fio: not installed (run benches/setup.sh)".to_string();
-        println!("{fio_note}");
+        String::new()
+    };
+    for &(bs, qd) in &cfg.fio_jobs {
+        fio_results.extend(run_fio(&cfg, &path, fio_runs, bs, qd, &mut notes));
     }
-    let fio_ceiling = fio_results.iter().find(|r| r.bs == 4096 && r.depth == 128).map(|r| r.iops);
+    // Each round's price jobs and fit.
+    let mut prices: Vec<(Vec<fio::FioResult>, Option<fio::Price>)> = Vec::new();
 
-    // W1 cold and W2 warm.
+    // W1 cold and W2 warm, in rounds.
     let mut w1: Vec<Cell> = Vec::new();
     if cfg.wants("w1") {
-        let mut ms = methods::all_methods();
-        for &rs in &cfg.row_sizes {
-            let rows = cfg.table_bytes / rs;
-            let label = bytes_label(rs);
-            eprintln!("W1/W2: {} rows of {label} per gather, {} runs", cfg.rows, cfg.runs);
-            let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
-            let mut cells: Vec<[Cell; 2]> = ms
-                .iter()
-                .map(|m| {
-                    let cell = |cache: &str| {
-                        let params = vec![cfg.rows.to_string(), label.clone(), cache.to_string()];
-                        Cell::new(params, format!("W1 {rs} {cache}"), m.name(), m.family())
-                    };
-                    [cell("cold"), cell("warm")]
-                })
-                .collect();
-            for run in 0..cfg.runs {
-                let ids = table::ids(seed(1, rs, cfg.rows, run), cfg.rows, rows);
-                for (mi, m) in ms.iter_mut().enumerate() {
-                    if !ok[mi] {
-                        continue;
+        let mut ms: Vec<Box<dyn methods::Method>> =
+            methods::all_methods().into_iter().filter(|m| cfg.wants_method(&m.name())).collect();
+        for round in 0..cfg.rounds {
+            prices.push(price_round(&cfg, &path, fio_runs, &mut notes));
+            let price = prices[round].1;
+            for &rs in &cfg.row_sizes {
+                let rows = cfg.table_bytes / rs;
+                let label = bytes_label(rs);
+                eprintln!("W1/W2 round {}: {} rows of {label} per gather, {} runs", round + 1, cfg.rows, cfg.runs);
+                let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
+                let mut cells: Vec<[Cell; 2]> = ms
+                    .iter()
+                    .map(|m| {
+                        let cell = |cache: &str| {
+                            let params =
+                                vec![(round + 1).to_string(), cfg.rows.to_string(), label.clone(), cache.to_string()];
+                            Cell::new(params, format!("W1 r{round} {rs} {cache}"), m.name(), m.family()).priced(price)
+                        };
+                        [cell("cold"), cell("warm")]
+                    })
+                    .collect();
+                for run in 0..cfg.runs {
+                    let ids = table::ids(seed(1, rs, cfg.rows, round * cfg.runs + run), cfg.rows, rows);
+                    for (mi, m) in ms.iter_mut().enumerate() {
+                        if !ok[mi] {
+                            continue;
+                        }
+                        let name = m.name();
+                        let what = format!("{label} round {} run {run} {name}", round + 1);
+                        let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
+                        record(&mut cells[mi][0], r, &format!("{what} cold"), &mut notes);
+                        let r = pr.sample(&env, m.as_mut(), &ids, rs, false);
+                        record(&mut cells[mi][1], r, &format!("{what} warm"), &mut notes);
                     }
-                    let name = m.name();
-                    let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
-                    record(&mut cells[mi][0], r, &format!("{label} run {run} {name} cold"), &mut notes);
-                    let r = pr.sample(&env, m.as_mut(), &ids, rs, false);
-                    record(&mut cells[mi][1], r, &format!("{label} run {run} {name} warm"), &mut notes);
                 }
+                let (cold, warm): (Vec<_>, Vec<_>) = cells.into_iter().map(|[c, w]| (c, w)).unzip();
+                w1.extend(cold.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
+                w1.extend(warm.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
             }
-            let (cold, warm): (Vec<_>, Vec<_>) = cells.into_iter().map(|[c, w]| (c, w)).unzip();
-            w1.extend(cold.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
-            w1.extend(warm.into_iter().zip(ok.iter()).filter(|(_, &ok)| ok).map(|(c, _)| c));
         }
     }
+    // W4's cells are priced with the last round's fit (or a fit of their own when W1 did not run).
+    if prices.is_empty() && cfg.wants("w4") {
+        prices.push(price_round(&cfg, &path, fio_runs, &mut notes));
+    }
+    let w4_price = prices.last().and_then(|(_, p)| *p);
 
     // W3, the fan-out sink.
     let mut w3: Vec<sink::SinkCell> = Vec::new();
@@ -423,13 +496,16 @@ fn main() -> Res<()> {
         let mut ms = methods::eagerio_backends();
         ms.push(Box::new(methods::PoolPread::new(32)));
         ms.push(Box::new(methods::Mmap::new(false)));
-        ms.push(Box::new(methods::OnGlommio::read_many(128, 4096)));
+        ms.push(Box::new(methods::OnGlommio::read_many(128, 16 << 10)));
         let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
         for &n in &cfg.w4_sizes {
             eprintln!("W4 size: {n} rows of {} cold, {} runs", bytes_label(rs), cfg.runs);
             let mut cells: Vec<Cell> = ms
                 .iter()
-                .map(|m| Cell::new(vec![n.to_string(), bytes_label(rs)], format!("W4 size {n}"), m.name(), m.family()))
+                .map(|m| {
+                    let params = vec![n.to_string(), bytes_label(rs)];
+                    Cell::new(params, format!("W4 size {n}"), m.name(), m.family()).priced(w4_price)
+                })
                 .collect();
             for run in 0..cfg.runs {
                 let ids = table::ids(seed(4, rs, n, run), n, rows);
@@ -451,14 +527,14 @@ fn main() -> Res<()> {
         for &d in &cfg.w4_depths {
             eprintln!("W4 depth {d}: {n} rows of {} cold, {} runs", bytes_label(rs), cfg.runs);
             let mut ms = methods::eagerio_at_depth(d);
-            ms.push(Box::new(methods::OnGlommio::read_many(d, 4096)));
+            ms.push(Box::new(methods::OnGlommio::read_many(d, 16 << 10)));
             ms.push(Box::new(methods::PoolPread::new(d)));
             let ok: Vec<bool> = ms.iter_mut().map(|m| prepare(&env, m.as_mut(), rs, &mut notes)).collect();
             let mut cells: Vec<Cell> = ms
                 .iter()
                 .map(|m| {
                     let params = vec![d.to_string(), n.to_string(), bytes_label(rs)];
-                    Cell::new(params, format!("W4 depth {d}"), m.name(), m.family())
+                    Cell::new(params, format!("W4 depth {d}"), m.name(), m.family()).priced(w4_price)
                 })
                 .collect();
             for run in 0..cfg.runs {
@@ -514,23 +590,49 @@ fn main() -> Res<()> {
             "process-wide ru_maxrss (monotonic)"
         }
     );
-    let _ = writeln!(md, "- vs best baseline: rows/s over the best baseline's in the same cell; vs fio: rows/s over fio 4 KiB QD128 IOPS\n");
+    let _ = writeln!(
+        md,
+        "- vs best baseline: rows/s over the best baseline's in the same cell; plan price: the median run's device \
+         reads and bytes priced with its round's fit (below); vs price: that price over the run's time (1.00x is the \
+         disk's limit for that plan)\n"
+    );
 
-    let _ = writeln!(md, "## fio, the ceiling (random direct reads, io_uring, {} s each)\n", cfg.fio_secs);
-    if fio_results.is_empty() {
+    let _ = writeln!(md, "## fio and the disk's price (random direct reads, io_uring, {} s each)\n", cfg.fio_secs);
+    let all_fio: Vec<(String, &fio::FioResult)> = fio_results
+        .iter()
+        .map(|r| ("depth sweep".to_string(), r))
+        .chain(
+            prices
+                .iter()
+                .enumerate()
+                .flat_map(|(i, (jobs, _))| jobs.iter().map(move |r| (format!("price, round {}", i + 1), r))),
+        )
+        .collect();
+    if all_fio.is_empty() {
         let _ = writeln!(md, "{}\n", if fio_note.is_empty() { "fio: no result" } else { &fio_note });
     } else {
-        let _ = writeln!(md, "| block | iodepth | IOPS | MB/s |\n|---:|---:|---:|---:|");
-        for r in &fio_results {
-            let _ =
-                writeln!(md, "| {} | {} | {:.0} | {:.1} |", bytes_label(r.bs), r.depth, r.iops, r.bytes_per_s / 1e6);
+        let _ = writeln!(md, "| for | block | iodepth | IOPS | MB/s |\n|---|---:|---:|---:|---:|");
+        for (what, r) in &all_fio {
+            let _ = writeln!(
+                md,
+                "| {what} | {} | {} | {:.0} | {:.1} |",
+                bytes_label(r.bs),
+                r.depth,
+                r.iops,
+                r.bytes_per_s / 1e6
+            );
+        }
+        let _ = writeln!(md);
+        for (i, (_, p)) in prices.iter().enumerate() {
+            let fit = p.map_or_else(|| "no fit (fewer than two fio results)".to_string(), |p| p.describe());
+            let _ = writeln!(md, "- round {} price, least squares over 1/IOPS at QD{PRICE_DEPTH}: {fit}", i + 1);
         }
         let _ = writeln!(md);
     }
 
     if !w1.is_empty() {
         let _ = writeln!(md, "## W1 cold and W2 warm: random-row gathers\n");
-        let _ = writeln!(md, "{}", report::gather_table(&["rows", "row size", "cache"], &w1, fio_ceiling));
+        let _ = writeln!(md, "{}", report::gather_table(&["round", "rows", "row size", "cache"], &w1));
     }
     if !w3.is_empty() {
         let _ = writeln!(
@@ -580,21 +682,25 @@ fn main() -> Res<()> {
     }
     if !w4_size.is_empty() {
         let _ = writeln!(md, "## W4: gather size (cold)\n");
-        let _ = writeln!(md, "{}", report::gather_table(&["rows", "row size"], &w4_size, fio_ceiling));
+        let _ = writeln!(md, "{}", report::gather_table(&["rows", "row size"], &w4_size));
     }
     if !w4_depth.is_empty() {
         let _ = writeln!(
             md,
             "## W4: depth (cold; eagerio tokio blocking workers, glommio read_many concurrency, pool threads)\n"
         );
-        let _ = writeln!(md, "{}", report::gather_table(&["depth", "rows", "row size"], &w4_depth, fio_ceiling));
+        let _ = writeln!(md, "{}", report::gather_table(&["depth", "rows", "row size"], &w4_depth));
     }
 
     let _ = writeln!(md, "## Targets (reported, not asserted)\n");
-    for t in targets(&w1, &w3, fio_ceiling) {
+    for t in targets(&w1, &w3) {
         let _ = writeln!(md, "- {t}");
     }
-    let _ = writeln!(md, "- planner <= 50 ns/row at 40k rows: see `cargo bench --bench planner`\n");
+    let _ = writeln!(
+        md,
+        "- streamed gathers (first row, median row, total against the future): `cargo run --release --example \
+         stream_arrivals`, docs/bench/stream.md\n- planner <= 50 ns/row at 40k rows: `cargo bench --bench planner`\n"
+    );
     if !notes.is_empty() {
         let _ = writeln!(md, "## Notes\n");
         for n in &notes {
@@ -617,134 +723,129 @@ fn main() -> Res<()> {
     Ok(())
 }
 
-/// The issue's targets, each with what this run measured.
-fn targets(w1: &[Cell], w3: &[sink::SinkCell], fio: Option<f64>) -> Vec<String> {
-    let mut t = Vec::new();
-    let find = |group: &str, method: &str| w1.iter().find(|c| c.group == group && c.method == method);
-    let cold4k: Vec<&Cell> = w1.iter().filter(|c| c.group == "W1 4096 cold" && c.family == Family::Eagerio).collect();
-    let uring = cold4k.iter().find(|c| c.method.contains("uring"));
-    let mut s = String::from("cold 4 KiB, uring >= 1.3x fio QD128 IOPS: ");
-    match (uring, fio) {
-        (Some(c), Some(f)) => {
-            let r = c.rows_per_s().map_or(0.0, |x| x / f);
-            let _ = write!(s, "{r:.2}x ({})", if r >= 1.3 { "met" } else { "not met" });
-        }
-        (None, _) => s.push_str("not measured (the uring backend is not wired in yet)"),
-        (_, None) => s.push_str("not measured (no fio result)"),
-    }
-    for c in &cold4k {
-        if let (Some(r), Some(f)) = (c.rows_per_s(), fio) {
-            let _ = write!(s, "; {} {:.2}x", c.method, r / f);
-        }
-    }
-    t.push(s);
-
-    let mmap = find("W1 90 cold", "mmap + memcpy").and_then(Cell::rows_per_s);
-    let mut s = String::from("cold 90 B, every eagerio backend >= 11x mmap (default advice): ");
-    let mut parts = Vec::new();
-    for c in w1.iter().filter(|c| c.group == "W1 90 cold" && c.family == Family::Eagerio) {
-        match (c.rows_per_s(), mmap) {
-            (Some(r), Some(m)) => {
-                let x = r / m;
-                parts.push(format!("{} {x:.2}x ({})", c.method, if x >= 11.0 { "met" } else { "not met" }))
+/// The performance issue's targets, each with this run's value in every round.
+fn targets(w1: &[Cell], w3: &[sink::SinkCell]) -> Vec<String> {
+    let distinct = |f: &dyn Fn(&Cell) -> Option<String>| {
+        let mut v: Vec<String> = Vec::new();
+        for x in w1.iter().filter_map(f) {
+            if !v.contains(&x) {
+                v.push(x);
             }
-            _ => parts.push(format!("{} not measured", c.method)),
+        }
+        v
+    };
+    let sizes = distinct(&|c| Some(c.params[2].clone()));
+    let rounds = distinct(&|c| Some(c.params[0].clone()));
+    let backends = distinct(&|c| (c.family == Family::Eagerio).then(|| c.method.clone()));
+    // One line per target and row size: each backend's value in every round, met when every
+    // round meets it. `measure` sees the backend's cell and every cell of its group.
+    let line = |what: &str,
+                size: &str,
+                cache: &str,
+                unit: &str,
+                measure: &dyn Fn(&Cell, &[&Cell]) -> Option<f64>,
+                ok: &dyn Fn(f64) -> bool| {
+        let parts: Vec<String> = backends
+            .iter()
+            .filter_map(|b| {
+                let values: Vec<Option<f64>> = rounds
+                    .iter()
+                    .map(|r| {
+                        let group: Vec<&Cell> = w1
+                            .iter()
+                            .filter(|c| &c.params[0] == r && c.params[2] == size && c.params[3] == cache)
+                            .collect();
+                        measure(group.iter().find(|c| &c.method == b)?, &group)
+                    })
+                    .collect();
+                if values.iter().all(Option::is_none) {
+                    return None;
+                }
+                let met = values.iter().all(|v| v.is_some_and(ok));
+                let shown: Vec<String> =
+                    values.iter().map(|v| v.map_or_else(|| "-".into(), |x| format!("{x:.2}{unit}"))).collect();
+                Some(format!("{b} {} ({})", shown.join(" / "), if met { "met" } else { "not met" }))
+            })
+            .collect();
+        let measured = if parts.is_empty() { "not measured".to_string() } else { parts.join("; ") };
+        format!("{cache} {size}, {what} (round {}): {measured}", rounds.join(" / "))
+    };
+    fn peers<'a>(g: &[&'a Cell]) -> Vec<&'a Cell> {
+        g.iter().filter(|x| x.family == Family::Baseline).copied().collect()
+    }
+    let mut t = Vec::new();
+    for size in &sizes {
+        t.push(line("every backend >= 0.95x of its own plan's price", size, "cold", "x", &|c, _| c.vs_price(), &|x| {
+            x >= 0.95
+        }));
+        t.push(line(
+            "every backend's plan priced <= 1.02x the cheapest peer plan",
+            size,
+            "cold",
+            "x",
+            &|c, g| {
+                let cheapest = peers(g).iter().filter_map(|x| x.plan_price()).min()?;
+                Some(c.plan_price()?.as_secs_f64() / cheapest.as_secs_f64())
+            },
+            &|x| x <= 1.02,
+        ));
+        t.push(line(
+            "every backend >= 0.97x the best peer's rows/s",
+            size,
+            "cold",
+            "x",
+            &|c, g| Some(c.rows_per_s()? / best_baseline_of(&peers(g))?),
+            &|x| x >= 0.97,
+        ));
+        t.push(line(
+            "every backend <= 1.2x the faster mmap's time (both mapped by their own untimed pass)",
+            size,
+            "warm",
+            "x",
+            &|c, g| {
+                let mmap = g
+                    .iter()
+                    .filter(|x| x.method.starts_with("mmap"))
+                    .filter_map(|x| x.median())
+                    .min_by_key(|s| s.elapsed)?;
+                Some(c.median()?.elapsed.as_secs_f64() / mmap.elapsed.as_secs_f64())
+            },
+            &|x| x <= 1.2,
+        ));
+        for cache in ["cold", "warm"] {
+            t.push(line(
+                "time on the caller's thread inside the gather call, <= 1 ms",
+                size,
+                cache,
+                " ms",
+                &|c, _| Some(c.median()?.call?.as_secs_f64() * 1e3),
+                &|x| x <= 1.0,
+            ));
         }
     }
-    s.push_str(if parts.is_empty() { "not measured".into() } else { parts.join("; ") }.as_str());
-    t.push(s);
-    t.extend(per_row_size_targets(w1));
 
     let slow: Vec<_> = w3.iter().filter(|x| x.latency != "none").collect();
     let d = slow.iter().find(|x| !x.is_eager()).and_then(|x| x.median);
     let e = slow.iter().find(|x| x.is_eager()).and_then(|x| x.median);
-    let mut s = String::from("sink at 2 ms per write, >= 8x over deferred with in-flight memory bounded: ");
-    match (d, e) {
-        (Some(d), Some(e)) => {
-            let x = d.elapsed.as_secs_f64() / e.elapsed.as_secs_f64();
-            let peak = e.peak_in_flight.unwrap_or(0);
-            let bound = eagerio::SinkOptions::default().max_in_flight_bytes as u64;
-            let _ = write!(
-                s,
-                "{x:.2}x ({}), peak in flight {:.1} MB under the {:.1} MB bound: {}",
-                if x >= 8.0 { "met" } else { "not met" },
-                peak as f64 / 1e6,
-                bound as f64 / 1e6,
-                if peak <= bound {
-                    "bounded"
-                } else {
-                    "over the bound (one write larger than the bound may run alone)"
-                }
-            );
-        }
-        _ => s.push_str("not measured"),
+    if let (Some(d), Some(e)) = (d, e) {
+        let x = d.elapsed.as_secs_f64() / e.elapsed.as_secs_f64();
+        let peak = e.peak_in_flight.unwrap_or(0);
+        let bound = eagerio::SinkOptions::default().max_in_flight_bytes as u64;
+        t.push(format!(
+            "sink at 2 ms per write, >= 8x over deferred with in-flight memory bounded: {x:.2}x ({}), peak in flight \
+             {:.1} MB under the {:.1} MB bound: {}",
+            if x >= 8.0 { "met" } else { "not met" },
+            peak as f64 / 1e6,
+            bound as f64 / 1e6,
+            if peak <= bound { "bounded" } else { "over the bound (one write larger than the bound may run alone)" }
+        ));
     }
-    t.push(s);
     t
 }
 
-/// The targets every row size has: cold against the best peer, warm against mmap, no page cache
-/// added by a cold gather, and the time inside the gather call.
-fn per_row_size_targets(w1: &[Cell]) -> Vec<String> {
-    // One entry per measured eagerio backend of `group`: its method, the value `measure` gives
-    // it, and whether that meets the target.
-    let each = |group: &str, measure: &dyn Fn(&Cell) -> Option<(String, bool)>| -> String {
-        w1.iter()
-            .filter(|c| c.group == group && c.family == Family::Eagerio && c.failed.is_none())
-            .filter_map(|c| {
-                let (value, ok) = measure(c)?;
-                Some(format!("{} {value} ({})", c.method, if ok { "met" } else { "not met" }))
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    let group_of = |size: &str, cache: &str| {
-        w1.iter().find(|c| c.params[1] == size && c.params[2] == cache).map(|c| c.group.clone()).unwrap_or_default()
-    };
-    let mut sizes: Vec<&str> = w1.iter().map(|c| c.params[1].as_str()).collect();
-    sizes.dedup();
-    let mut t = Vec::new();
-    for size in sizes {
-        let cold = group_of(size, "cold");
-        if let Some(best) = best_baseline(w1, &cold) {
-            let peers = each(&cold, &|c| {
-                let x = c.rows_per_s()? / best;
-                let need = if c.method.contains("uring") { 1.2 } else { 1.1 };
-                Some((format!("{x:.2}x"), x >= need))
-            });
-            t.push(format!(
-                "cold {size}, every eagerio backend >= 1.1x the best peer's rows/s, uring >= 1.2x: {peers}"
-            ));
-            let grew = each(&cold, &|c| {
-                let mb = c.median()?.cache_growth as f64 / 1e6;
-                Some((format!("{mb:.1} MB"), mb < 0.1))
-            });
-            t.push(format!("cold {size}, a cold gather adds no page cache: {grew}"));
-        }
-        let warm = group_of(size, "warm");
-        let mmap = w1
-            .iter()
-            .filter(|c| c.group == warm && c.method.starts_with("mmap"))
-            .filter_map(|c| c.median().map(|s| s.elapsed))
-            .min();
-        if let Some(mmap) = mmap {
-            let times = each(&warm, &|c| {
-                let x = c.median()?.elapsed.as_secs_f64() / mmap.as_secs_f64();
-                Some((format!("{x:.2}x"), x <= 1.5))
-            });
-            t.push(format!("warm {size}, <= 1.5x the faster mmap's time: {times}"));
-        }
-        for (cache, group) in [("cold", &cold), ("warm", &warm)] {
-            let calls = each(group, &|c| {
-                let ms = c.median()?.call?.as_secs_f64() * 1e3;
-                Some((format!("{ms:.2} ms"), ms <= 1.0))
-            });
-            if !calls.is_empty() {
-                t.push(format!("{cache} {size}, the gather call returns within 1 ms: {calls}"));
-            }
-        }
-    }
-    t
+/// The best median rows/s among `cells`.
+fn best_baseline_of(cells: &[&Cell]) -> Option<f64> {
+    cells.iter().filter_map(|c| c.rows_per_s()).max_by(f64::total_cmp)
 }
 
 /// Writes the SVG charts; returns links to them, relative to the report beside them (so the
@@ -759,15 +860,17 @@ fn draw_charts(dir: &Path, w1: &[Cell], w4_size: &[Cell], w4_depth: &[Cell], fio
         ("cold", "w1-cold.svg", "W1 cold random-row gathers: rows/s by row size"),
         ("warm", "w2-warm.svg", "W2 warm random-row gathers: rows/s by row size"),
     ] {
-        let cells: Vec<&Cell> = w1.iter().filter(|c| c.params.get(2).is_some_and(|p| p == cache)).collect();
+        // The last round's cells.
+        let last = w1.last().map(|c| c.params[0].clone()).unwrap_or_default();
+        let cells: Vec<&Cell> = w1.iter().filter(|c| c.params[3] == cache && c.params[0] == last).collect();
         if cells.is_empty() {
             continue;
         }
         let mut groups: Vec<String> = Vec::new();
         let mut names: Vec<String> = Vec::new();
         for c in &cells {
-            if !groups.contains(&c.params[1]) {
-                groups.push(c.params[1].clone());
+            if !groups.contains(&c.params[2]) {
+                groups.push(c.params[2].clone());
             }
             if !names.contains(&c.method) {
                 names.push(c.method.clone());
@@ -778,7 +881,7 @@ fn draw_charts(dir: &Path, w1: &[Cell], w4_size: &[Cell], w4_depth: &[Cell], fio
             .map(|n| {
                 let v = groups
                     .iter()
-                    .map(|g| cells.iter().find(|c| &c.method == n && &c.params[1] == g).and_then(|c| c.rows_per_s()))
+                    .map(|g| cells.iter().find(|c| &c.method == n && &c.params[2] == g).and_then(|c| c.rows_per_s()))
                     .collect();
                 (n.clone(), v)
             })

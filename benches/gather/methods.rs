@@ -344,29 +344,47 @@ impl Method for SerialPread {
     }
 }
 
-/// Sorts and deduplicates the ids: the distinct rows in file order, and for every request the
-/// index of its row among them.
-fn sort_dedup(ids: &[u64]) -> (Vec<u64>, Vec<u32>) {
-    let mut order: Vec<(u64, u32)> = ids.iter().enumerate().map(|(i, &id)| (id, i as u32)).collect();
-    order.sort_unstable();
-    let mut unique = Vec::with_capacity(ids.len());
-    let mut slot = vec![0u32; ids.len()];
-    for &(id, i) in &order {
-        if unique.last() != Some(&id) {
-            unique.push(id);
-        }
-        slot[i as usize] = (unique.len() - 1) as u32;
-    }
-    (unique, slot)
+/// A request list's distinct rows in file order, and where each lands in the output (rows back
+/// to back in request order). A peer reads each distinct row once, straight into the slot of
+/// its first request, and [`Distinct::fill_repeats`] copies it to the requests that repeat it:
+/// one copy of every row, as a careful user writes it.
+pub(crate) struct Distinct {
+    /// The distinct rows, ascending.
+    pub unique: Vec<u64>,
+    /// For each distinct row, the index of its first request.
+    pub first: Vec<u32>,
+    /// (first request, repeating request) pairs.
+    repeats: Vec<(u32, u32)>,
 }
 
-/// Copies every request's row out of the distinct rows read.
-fn scatter(uniq: &[u8], slot: &[u32], rs: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(slot.len() * rs);
-    for &k in slot {
-        out.extend_from_slice(&uniq[k as usize * rs..(k as usize + 1) * rs]);
+impl Distinct {
+    pub fn of(ids: &[u64]) -> Distinct {
+        let mut order: Vec<(u64, u32)> = ids.iter().enumerate().map(|(i, &id)| (id, i as u32)).collect();
+        order.sort_unstable();
+        let mut d = Distinct { unique: Vec::with_capacity(ids.len()), first: Vec::new(), repeats: Vec::new() };
+        for (id, i) in order {
+            if d.unique.last() == Some(&id) {
+                d.repeats.push((*d.first.last().expect("a row before its repeat"), i));
+            } else {
+                d.unique.push(id);
+                d.first.push(i);
+            }
+        }
+        d
     }
-    out
+
+    /// The output's bytes of distinct row `k`.
+    pub fn slot<'a>(&self, out: &'a mut [u8], k: usize, rs: usize) -> &'a mut [u8] {
+        let at = self.first[k] as usize * rs;
+        &mut out[at..at + rs]
+    }
+
+    /// Copies each repeated row from its first request's slot.
+    pub fn fill_repeats(&self, out: &mut [u8], rs: usize) {
+        for &(from, to) in &self.repeats {
+            out.copy_within(from as usize * rs..(from as usize + 1) * rs, to as usize * rs);
+        }
+    }
 }
 
 /// Sorted, deduplicated buffered `pread`s on `threads` std threads (the pool the field's reader
@@ -399,29 +417,41 @@ impl Method for PoolPread {
         const BATCH: usize = 16;
         let (file, rs) = self.opened.get()?;
         let rs = rs as usize;
-        let (unique, slot) = sort_dedup(ids);
-        let mut uniq = vec![0u8; unique.len() * rs];
-        // Work is handed out in batches of BATCH consecutive rows, in file order.
-        let work = Mutex::new(uniq.chunks_mut(rs * BATCH).zip(unique.chunks(BATCH)));
-        let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
-        std::thread::scope(|s| {
-            for _ in 0..self.threads {
-                s.spawn(|| loop {
-                    let next = work.lock().expect("work lock").next();
-                    let Some((buf, rows)) = next else { return };
-                    for (b, &id) in buf.chunks_exact_mut(rs).zip(rows) {
-                        if let Err(e) = file.read_exact_at(b, id * rs as u64) {
-                            failed.lock().expect("error lock").get_or_insert(e);
-                            return;
-                        }
-                    }
-                });
+        let d = Distinct::of(ids);
+        let mut out = vec![0u8; ids.len() * rs];
+        {
+            // Each distinct row's slot in the output, in file order, handed out BATCH at a time.
+            let mut slots: Vec<Option<&mut [u8]>> = out.chunks_exact_mut(rs).map(Some).collect();
+            let mut batches: Vec<Vec<(u64, &mut [u8])>> = Vec::with_capacity(d.unique.len().div_ceil(BATCH));
+            for (&id, &first) in d.unique.iter().zip(&d.first) {
+                if batches.last().is_none_or(|b| b.len() == BATCH) {
+                    batches.push(Vec::with_capacity(BATCH));
+                }
+                let slot = slots[first as usize].take().expect("one first request per row");
+                batches.last_mut().expect("pushed above").push((id, slot));
             }
-        });
-        if let Some(e) = failed.into_inner().expect("error lock") {
-            return Err(e.into());
+            let work = Mutex::new(batches.into_iter());
+            let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
+            std::thread::scope(|s| {
+                for _ in 0..self.threads {
+                    s.spawn(|| loop {
+                        let next = work.lock().expect("work lock").next();
+                        let Some(batch) = next else { return };
+                        for (id, b) in batch {
+                            if let Err(e) = file.read_exact_at(b, id * rs as u64) {
+                                failed.lock().expect("error lock").get_or_insert(e);
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+            if let Some(e) = failed.into_inner().expect("error lock") {
+                return Err(e.into());
+            }
         }
-        Ok(RunOut { bytes: scatter(&uniq, &slot, rs).into(), reads: Some(unique.len() as u64), call: None })
+        d.fill_repeats(&mut out, rs);
+        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None })
     }
 }
 
@@ -477,7 +507,7 @@ impl Method for TokioJoinAll {
 #[derive(Debug, Clone, Copy)]
 enum OnGlommioKind {
     /// glommio's own `DmaFile::read_many` (a baseline), joining rows at most `amplification`
-    /// bytes apart.
+    /// bytes apart (0: glommio's default, no amplification).
     ReadMany { concurrency: usize, amplification: usize },
     /// eagerio's glommio backend.
     #[cfg(feature = "glommio")]
@@ -488,8 +518,8 @@ enum OnGlommioKind {
 /// on one thread for the method's lifetime (prepare starts it), and each gather is sent there.
 /// The round trip through the channel is inside the timing (microseconds).
 ///
-/// As a baseline: `DmaFile::read_many` (O_DIRECT, io_uring) over the sorted distinct rows,
-/// coalescing within the same bounds as eagerio's defaults (4 KiB gap, 64 KiB merged read).
+/// As a baseline: `DmaFile::read_many` (O_DIRECT, io_uring) over the sorted distinct rows, as
+/// glommio's docs show it, each row copied once into its place in the output.
 pub struct OnGlommio {
     kind: OnGlommioKind,
     worker: Option<GlommioWorker>,
@@ -522,7 +552,8 @@ impl Drop for GlommioWorker {
 
 impl OnGlommio {
     /// glommio's `read_many` with `concurrency` reads in flight, joining rows at most
-    /// `amplification` bytes apart (glommio's own default is 4 KiB).
+    /// `amplification` bytes apart (0 is glommio's default, `NoAmplification`), merged reads up to
+    /// the device's largest single request (glommio's default).
     pub fn read_many(concurrency: usize, amplification: usize) -> OnGlommio {
         OnGlommio { kind: OnGlommioKind::ReadMany { concurrency, amplification }, worker: None }
     }
@@ -555,7 +586,7 @@ impl OnGlommio {
 impl Method for OnGlommio {
     fn name(&self) -> String {
         let base = match self.kind {
-            OnGlommioKind::ReadMany { amplification: 4096, .. } => "glommio read_many".to_string(),
+            OnGlommioKind::ReadMany { amplification: 0, .. } => "glommio read_many".to_string(),
             OnGlommioKind::ReadMany { amplification, .. } => {
                 format!("glommio read_many {} KiB amplification", amplification >> 10)
             }
@@ -681,27 +712,31 @@ async fn read_many_loop(
         // The executor's counters are taken (reset) on every read of them.
         let _ = glommio::executor().io_stats();
         let result = async {
-            let (unique, slot) = sort_dedup(&ids);
-            let iovs = futures::stream::iter(unique.iter().map(|&id| (id * row_size, rs)));
-            let mut results = file
-                .read_many(iovs, MergedBufferLimit::Custom(64 << 10), ReadAmplificationLimit::Custom(amplification))
-                .with_concurrency(concurrency);
-            let mut uniq = vec![0u8; unique.len() * rs];
+            let d = Distinct::of(&ids);
+            let iovs = futures::stream::iter(d.unique.iter().map(|&id| (id * row_size, rs)));
+            let amp = match amplification {
+                0 => ReadAmplificationLimit::NoAmplification,
+                n => ReadAmplificationLimit::Custom(n),
+            };
+            let mut results =
+                file.read_many(iovs, MergedBufferLimit::DeviceMaxSingleRequest, amp).with_concurrency(concurrency);
+            let mut out = vec![0u8; ids.len() * rs];
             let mut k = 0usize;
             while let Some(r) = results.next().await {
                 let ((pos, size), data) = r.map_err(|e| e.to_string())?;
                 // read_many yields in submission order.
-                if k >= unique.len() || pos != unique[k] * row_size || size != rs || data.len() != rs {
+                if k >= d.unique.len() || pos != d.unique[k] * row_size || size != rs || data.len() != rs {
                     return Err(format!("read_many gave ({pos}, {size}, {} B) for distinct row #{k}", data.len()));
                 }
-                uniq[k * rs..(k + 1) * rs].copy_from_slice(&data);
+                d.slot(&mut out, k, rs).copy_from_slice(&data);
                 k += 1;
             }
-            if k != unique.len() {
-                return Err(format!("read_many gave {k} of {} rows", unique.len()));
+            if k != d.unique.len() {
+                return Err(format!("read_many gave {k} of {} rows", d.unique.len()));
             }
+            d.fill_repeats(&mut out, rs);
             let reads = glommio::executor().io_stats().all_rings().file_reads().0;
-            Ok((Bytes::from(scatter(&uniq, &slot, rs)), reads, None))
+            Ok((Bytes::from(out), reads, None))
         }
         .await;
         let _ = reply.send(result);
@@ -758,8 +793,9 @@ pub fn all_methods() -> Vec<Box<dyn Method>> {
     m.push(Box::new(SerialPread::new()));
     m.push(Box::new(PoolPread::new(32)));
     m.push(Box::new(TokioJoinAll::new()));
-    m.push(Box::new(OnGlommio::read_many(128, 4096)));
-    m.push(Box::new(OnGlommio::read_many(128, 16 << 10)));
+    for amplification in [0, 8 << 10, 16 << 10, 32 << 10] {
+        m.push(Box::new(OnGlommio::read_many(128, amplification)));
+    }
     m.push(Box::new(UringLoop::new(128)));
     m.push(Box::new(UringLoop::new(512)));
     m
@@ -770,16 +806,27 @@ pub fn all_methods() -> Vec<Box<dyn Method>> {
 
 /// What a user writes by hand with the `io-uring` crate: one ring, the file opened `O_DIRECT`,
 /// the distinct rows in file order, each read as the 4 KiB-aligned span around it into a slot of
-/// its own, `depth` reads in flight, then a copy into request order. No coalescing, no
-/// registered buffers, no thread: the caller's thread submits and reaps.
+/// its own, `depth` reads in flight, each row copied once into its place in the output. No
+/// coalescing, no registered buffers, no thread: the caller's thread submits and reaps. The ring
+/// and the slots are made once, in `prepare`.
 pub struct UringLoop {
     depth: usize,
-    file: Option<(File, u64)>,
+    state: Option<LoopState>,
+}
+
+/// The hand-written loop's read alignment: a page, as glommio's DMA reads.
+const PAGE: u64 = 4096;
+
+struct LoopState {
+    file: File,
+    row_size: u64,
+    ring: io_uring::IoUring,
+    slots: Vec<AlignedBuf>,
 }
 
 impl UringLoop {
     pub fn new(depth: usize) -> UringLoop {
-        UringLoop { depth, file: None }
+        UringLoop { depth, state: None }
     }
 }
 
@@ -803,8 +850,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; no read is in flight into it (`run` reaps
-        // every read it submitted before it returns or drops the buffer).
+        // SAFETY: allocated in `new` with this layout; no read is in flight into it: `run` reaps
+        // every read it submitted before it returns, and a loop's ring is declared before its
+        // slots, so it is closed first.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }
 }
@@ -820,37 +868,40 @@ impl Method for UringLoop {
 
     fn prepare(&mut self, env: &Env, row_size: u64) -> Res<()> {
         use std::os::unix::fs::OpenOptionsExt;
+        self.state = None;
         let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&env.path)?;
-        self.file = Some((file, row_size));
+        let slot_len = (row_size as usize).div_ceil(PAGE as usize) * PAGE as usize + PAGE as usize;
+        self.state = Some(LoopState {
+            file,
+            row_size,
+            ring: io_uring::IoUring::new(self.depth.next_power_of_two() as u32)?,
+            slots: (0..self.depth).map(|_| AlignedBuf::new(slot_len)).collect(),
+        });
         Ok(())
     }
 
     fn run(&mut self, _env: &Env, ids: &[u64]) -> Res<RunOut> {
-        use io_uring::{opcode, types, IoUring};
+        use io_uring::{opcode, types};
         use std::os::fd::AsRawFd;
-        const PAGE: u64 = 4096;
-        let (file, rs) = self.file.as_ref().ok_or("method used before prepare")?;
-        let rs = *rs;
-        let (unique, slot) = sort_dedup(ids);
+        let LoopState { file, row_size, ring, slots } = self.state.as_mut().ok_or("method used before prepare")?;
+        let rs = *row_size;
+        let d = Distinct::of(ids);
         let span = |id: u64| {
             let start = id * rs / PAGE * PAGE;
             (start, ((id * rs + rs).div_ceil(PAGE) * PAGE - start) as usize)
         };
-        let slot_len = (rs as usize).div_ceil(PAGE as usize) * PAGE as usize + PAGE as usize;
-        let bufs: Vec<AlignedBuf> = (0..self.depth).map(|_| AlignedBuf::new(slot_len)).collect();
         let mut free: Vec<usize> = (0..self.depth).collect();
-        let mut ring = IoUring::new(self.depth.next_power_of_two() as u32)?;
-        let mut uniq = vec![0u8; unique.len() * rs as usize];
+        let mut out = vec![0u8; ids.len() * rs as usize];
         let (mut next, mut in_flight, mut done) = (0usize, 0usize, 0usize);
-        while done < unique.len() {
-            while in_flight < self.depth && next < unique.len() {
+        while done < d.unique.len() {
+            while in_flight < self.depth && next < d.unique.len() {
                 let b = free.pop().expect("a free slot while under depth");
-                let (offset, len) = span(unique[next]);
-                let read = opcode::Read::new(types::Fd(file.as_raw_fd()), bufs[b].ptr.as_ptr(), len as u32)
+                let (offset, len) = span(d.unique[next]);
+                let read = opcode::Read::new(types::Fd(file.as_raw_fd()), slots[b].ptr.as_ptr(), len as u32)
                     .offset(offset)
                     .build()
                     .user_data(((next as u64) << 16) | b as u64);
-                // SAFETY: the buffer stays allocated, and is not touched, until this read's
+                // SAFETY: the slot stays allocated, and is not touched, until this read's
                 // completion is reaped below (every submitted read is reaped before `run` ends).
                 unsafe { ring.submission().push(&read)? };
                 next += 1;
@@ -861,23 +912,24 @@ impl Method for UringLoop {
             for (data, res) in reaped {
                 let (k, b) = ((data >> 16) as usize, (data & 0xffff) as usize);
                 in_flight -= 1;
-                let (offset, len) = span(unique[k]);
-                if res < 0 || (res as usize) < (unique[k] * rs + rs - offset) as usize {
-                    // Reap what is still in flight before the buffers can go.
+                let (offset, len) = span(d.unique[k]);
+                if res < 0 || (res as usize) < (d.unique[k] * rs + rs - offset) as usize {
+                    // Reap what is still in flight before the slots can be reused.
                     while in_flight > 0 {
                         ring.submit_and_wait(1)?;
                         in_flight -= ring.completion().count();
                     }
                     return Err(format!("read of {len} bytes at {offset}: result {res}").into());
                 }
-                let at = (unique[k] * rs - offset) as usize;
+                let at = (d.unique[k] * rs - offset) as usize;
                 // SAFETY: the kernel wrote `res` bytes into this slot and its read is complete.
-                let got = unsafe { std::slice::from_raw_parts(bufs[b].ptr.as_ptr().add(at), rs as usize) };
-                uniq[k * rs as usize..(k + 1) * rs as usize].copy_from_slice(got);
+                let got = unsafe { std::slice::from_raw_parts(slots[b].ptr.as_ptr().add(at), rs as usize) };
+                d.slot(&mut out, k, rs as usize).copy_from_slice(got);
                 free.push(b);
                 done += 1;
             }
         }
-        Ok(RunOut { bytes: scatter(&uniq, &slot, rs as usize).into(), reads: Some(unique.len() as u64), call: None })
+        d.fill_repeats(&mut out, rs as usize);
+        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None })
     }
 }

@@ -4,6 +4,7 @@ use std::{fmt::Write as _, path::Path, time::Duration};
 
 use plotters::prelude::*;
 
+use crate::fio::Price;
 use crate::methods::Family;
 use crate::probe::DiskCounters;
 
@@ -42,11 +43,17 @@ pub struct Cell {
     pub samples: Vec<Sample>,
     /// Why the cell is FAILED (a wrong byte or an error); a failed cell shows no time.
     pub failed: Option<String>,
+    /// The disk's price fitted in the cell's round.
+    pub price: Option<Price>,
 }
 
 impl Cell {
     pub fn new(params: Vec<String>, group: String, method: String, family: Family) -> Cell {
-        Cell { params, group, method, family, samples: Vec::new(), failed: None }
+        Cell { params, group, method, family, samples: Vec::new(), failed: None, price: None }
+    }
+
+    pub fn priced(self, price: Option<Price>) -> Cell {
+        Cell { price, ..self }
     }
 
     /// The median run by time (the upper one for an even count); its counters are reported.
@@ -61,6 +68,17 @@ impl Cell {
 
     pub fn rows_per_s(&self) -> Option<f64> {
         self.median().map(Sample::rows_per_s)
+    }
+
+    /// What the median run's plan (its device reads and bytes) costs the disk.
+    pub fn plan_price(&self) -> Option<Duration> {
+        let d = self.median()?.disk?;
+        Some(self.price?.of(d.reads, d.bytes()))
+    }
+
+    /// The plan's price over the median run's time: 1.00x runs the plan at the disk's limit.
+    pub fn vs_price(&self) -> Option<f64> {
+        Some(self.plan_price()?.as_secs_f64() / self.median()?.elapsed.as_secs_f64())
     }
 }
 
@@ -81,9 +99,8 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |x| x.to_string())
 }
 
-/// A markdown table of gather cells. `params` names the leading columns; `fio_iops` is the fio
-/// 4 KiB QD128 ceiling, when fio ran.
-pub fn gather_table(params: &[&str], cells: &[Cell], fio_iops: Option<f64>) -> String {
+/// A markdown table of gather cells. `params` names the leading columns.
+pub fn gather_table(params: &[&str], cells: &[Cell]) -> String {
     let mut s = String::new();
     let head = [
         "method",
@@ -98,7 +115,8 @@ pub fn gather_table(params: &[&str], cells: &[Cell], fio_iops: Option<f64>) -> S
         "page cache +MB",
         "peak RSS +MB",
         "vs best baseline",
-        "vs fio 4k QD128",
+        "plan price ms",
+        "vs price",
     ];
     let cols: Vec<&str> = params.iter().copied().chain(head).collect();
     let _ = writeln!(s, "| {} |", cols.join(" | "));
@@ -122,7 +140,8 @@ pub fn gather_table(params: &[&str], cells: &[Cell], fio_iops: Option<f64>) -> S
                 row.push(format!("{:.1}", m.cache_growth as f64 / 1e6));
                 row.push(mb(m.peak_rss));
                 row.push(best_baseline(cells, &c.group).map_or_else(|| "-".into(), |b| format!("{:.2}x", rps / b)));
-                row.push(fio_iops.map_or_else(|| "-".into(), |f| format!("{:.2}x", rps / f)));
+                row.push(c.plan_price().map_or_else(|| "-".into(), |p| format!("{:.1}", p.as_secs_f64() * 1e3)));
+                row.push(c.vs_price().map_or_else(|| "-".into(), |x| format!("{x:.2}x")));
             }
             (None, Some(_)) => row.extend(std::iter::repeat_n("FAILED".to_string(), head.len() - 1)),
             (None, None) => row.extend(std::iter::repeat_n("-".to_string(), head.len() - 1)),
