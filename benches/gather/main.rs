@@ -9,6 +9,7 @@
 //! Environment overrides: `EAGERIO_BENCH_MB` (table size), `EAGERIO_BENCH_ROUNDS`,
 //! `EAGERIO_BENCH_RUNS` (per round), `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`),
 //! `EAGERIO_BENCH_METHODS` (comma list; W1 runs the methods whose name contains one of them),
+//! `EAGERIO_BENCH_ROW_SIZES` (comma list of W1's row sizes in bytes),
 //! `EAGERIO_BENCH_DIR` (output folder), `EAGERIO_BENCH_EVICT=fadvise` (never drop_caches, which
 //! empties every process's page cache). `benches/setup.sh` installs fio, the ceiling.
 //!
@@ -91,11 +92,18 @@ impl Config {
         let runs: usize = env_parse("EAGERIO_BENCH_RUNS")?.unwrap_or(if smoke { 1 } else { 3 });
         let rounds: usize = env_parse("EAGERIO_BENCH_ROUNDS")?.unwrap_or(if smoke { 1 } else { 2 });
         let list = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|s| s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect())
+            std::env::var(name).ok().map(|s| {
+                s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect::<Vec<String>>()
+            })
         };
         let (only, methods) = (list("EAGERIO_BENCH_ONLY"), list("EAGERIO_BENCH_METHODS"));
+        let row_sizes: Vec<u64> = match list("EAGERIO_BENCH_ROW_SIZES") {
+            Some(v) => v
+                .iter()
+                .map(|x: &String| x.parse().map_err(|e| format!("EAGERIO_BENCH_ROW_SIZES={x:?}: {e}")))
+                .collect::<Result<_, _>>()?,
+            None => vec![90, 4096, 5120],
+        };
         if runs == 0 || rounds == 0 {
             return Err("EAGERIO_BENCH_RUNS and EAGERIO_BENCH_ROUNDS must be at least 1".into());
         }
@@ -115,7 +123,7 @@ impl Config {
                 rounds,
                 runs,
                 rows: 2_000,
-                row_sizes: vec![90, 4096, 5120],
+                row_sizes: row_sizes.clone(),
                 w4_sizes: vec![1_000, 10_000],
                 w4_size_row: 90,
                 w4_depths: vec![1, 64],
@@ -139,7 +147,7 @@ impl Config {
                 rounds,
                 runs,
                 rows: 40_000,
-                row_sizes: vec![90, 4096, 5120],
+                row_sizes,
                 w4_sizes: vec![1_000, 10_000, 100_000, 1_000_000],
                 w4_size_row: 90,
                 w4_depths: vec![1, 4, 16, 64, 128, 256, 512],
@@ -180,6 +188,7 @@ impl Config {
             "EAGERIO_BENCH_RUNS",
             "EAGERIO_BENCH_ONLY",
             "EAGERIO_BENCH_METHODS",
+            "EAGERIO_BENCH_ROW_SIZES",
             "EAGERIO_BENCH_SMOKE",
             "EAGERIO_BENCH_EVICT",
         ] {

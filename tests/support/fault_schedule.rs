@@ -516,8 +516,13 @@ pub async fn run<B: FaultBackend>(b: &B, cfg: Config) -> Report {
     let _table_faults = fault::inject(&table_path, faults.hook());
     let src = b.open(&table_path).await.expect("open the table");
     let layout = RowLayout { base: 0, row_size: cfg.row_size, rows: None };
-    // Two plan shapes over one engine and one staging pool.
-    let tables = [src.clone().rows(layout).unwrap(), src.clone().with_max_gap(0).rows(layout).unwrap()];
+    // Two plan shapes over one engine and one staging pool, each gap pinned: the schedule
+    // predicts every gather's extents from its source's plan options, which a tuned gap's probes
+    // would leave.
+    let tables = [
+        src.clone().with_max_gap(eagerio_core::DEFAULT_MAX_GAP).rows(layout).unwrap(),
+        src.clone().with_max_gap(0).rows(layout).unwrap(),
+    ];
 
     let sink_path = dir.path().join("sink.bin");
     let opts = SinkOptions::default().max_in_flight_bytes(256 << 10).append_from(AREA);

@@ -63,12 +63,70 @@ pub fn run(file: &str) -> Result<(), Failure> {
         ),
     }
     println!(
-        "            the gap joins two rows closer than {gap} bytes into one read; `eagerio bench` on this \
-         file measures whether another gap or depth pays"
+        "            the gap starts at {gap} bytes and is tuned to the device's price (below) as gathers \
+         run; `eagerio bench` on this file measures rows/s"
     );
-    Ok(())
+    price(path, meta.len())
 }
 
+/// Cold gathers of random ranges of the file (evicted before each), 4, 16 and 48 KiB long in
+/// turn so that the reads' sizes differ, fed to a tuner of the probe's own; prints each gather
+/// and the price fitted to them.
+fn price(path: &Path, len: u64) -> Result<(), Failure> {
+    use eagerio::core::tune::{GapTuner, MIN_FIT_READS};
+    const PAGE: u64 = 4096;
+    const LENGTHS: [u64; 3] = [4 << 10, 16 << 10, 48 << 10];
+    let ranges = (len / (256 << 10)).min(2000);
+    if ranges < MIN_FIT_READS {
+        println!(
+            "price       not measured: a price needs gathers of {MIN_FIT_READS} sparse reads, and this file has room for {ranges}"
+        );
+        return Ok(());
+    }
+    let rt = crate::runtime()?;
+    let _guard = rt.enter();
+    let opts = eagerio::uring::UringOptions::default().adaptive(false);
+    let tuner = std::sync::Arc::new(GapTuner::new());
+    let source = eagerio::uring::UringEngine::open_blocking(path, opts)?.with_gap_tuner(tuner.clone(), 4096, 32 << 10);
+    let mut x = len | 1;
+    for i in 0..9 {
+        let l = LENGTHS[i % LENGTHS.len()];
+        let wanted: Vec<std::ops::Range<u64>> = (0..ranges)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = x % ((len - l) / PAGE) * PAGE;
+                at..at + l
+            })
+            .collect();
+        eagerio::core::sys::evict(path)?;
+        let mut fut = source.gather_ranges(&wanted)?;
+        rt.block_on(&mut fut)?;
+        let s = fut.stats();
+        println!(
+            "gather {}     {:>2} KiB ranges: {:>5} reads, {:>6.1} MB, {:>6.1} ms",
+            i + 1,
+            l >> 10,
+            s.reads_issued,
+            s.bytes_read as f64 / 1e6,
+            s.wait.as_secs_f64() * 1e3
+        );
+    }
+    match tuner.price() {
+        Some(p) => println!(
+            "price       {:.2} µs per read + {:.3} µs per KiB at depth, fitted from these gathers: joining two reads \
+             pays while the hole is under {} bytes, the gap a tuned source plans with (within its limit)",
+            p.per_read.as_secs_f64() * 1e6,
+            p.per_kib.as_secs_f64() * 1e6,
+            p.gap()
+        ),
+        None => println!(
+            "price       not fitted: the gathers' reads and bytes were too alike to tell a read's cost from a KiB's"
+        ),
+    }
+    Ok(())
+}
 /// The filesystem type, by `statfs(2)`'s magic number.
 fn filesystem(path: &Path) -> String {
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else { return "unknown".into() };

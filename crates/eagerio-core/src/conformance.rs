@@ -64,7 +64,8 @@ macro_rules! conformance_suite {
             sink_closed_refuses_writes, sink_backpressure_bound, sink_created_file_syncs_its_directory,
             adaptive_resident_and_missing_rows,
             adaptive_mapped_rows_skip_the_plan, adaptive_eviction_races_the_copy, adaptive_cold_gather_adds_no_page_cache,
-            stream_yields_every_request_once, stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed);
+            stream_yields_every_request_once, stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed,
+            tune_learns_from_whole_gathers_only);
     };
     (@tests $backend:expr, $block_on:expr, $($name:ident),*) => {
         $(
@@ -253,6 +254,54 @@ async fn slow_table<B: Backend>(
     let faults = fault::inject(&path, hook);
     let table = b.open(&path).await.unwrap().rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
     (table, file, faults, dir)
+}
+
+/// The gap tuner takes a whole gather's reads and time, and nothing of a gather dropped with
+/// reads in flight, or one that timed out (each read held 200 µs, a tuner of the check's own).
+pub async fn tune_learns_from_whole_gathers_only<B: Backend>(b: &B) {
+    let (dir, path, file) = random_file(4096 * 2048, &mut StdRng::seed_from_u64(seed()));
+    let hook = Hook::new(|p| {
+        if p.kind == IoKind::Read {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Action::Proceed
+    });
+    let _faults = fault::inject(&path, hook);
+    let tuner = Arc::new(crate::tune::GapTuner::new());
+    // A 16 KiB limit: rows 32 KiB apart are one read each, whatever the gap.
+    let source = b.open(&path).await.unwrap().with_gap_tuner(tuner.clone(), 4096, 16 << 10);
+    if source.engine().max_gap().is_some() {
+        eprintln!("the engine measures its own gap: the device tuner is not used");
+        return;
+    }
+    let table = source.rows(RowLayout { base: 0, row_size: 4096, rows: None }).unwrap();
+    let ids: Vec<u64> = (0..crate::tune::MIN_FIT_READS).map(|i| i * 8).collect();
+    // Until the source has settled `n` gathers (a thread-per-core backend's reads run on this
+    // thread: let them run between checks).
+    let settled = |n: u64| {
+        let source = table.source();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while source.stats().gathers < n {
+                assert!(Instant::now() < deadline, "gather {n} never settled");
+                yield_now().await;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    };
+    let bytes = table.gather(&ids).unwrap().await.unwrap();
+    assert_eq!(&bytes[..], &reference_rows(&file, 4096, &ids)[..]);
+    settled(1).await;
+    assert_eq!(tuner.gathers(), 1, "a whole gather of enough reads counts");
+    drop(table.gather(&ids).unwrap());
+    settled(2).await;
+    // Each read takes 200 µs: none has landed at the deadline.
+    let timed_out = table.gather(&ids).unwrap().with_timeout(Duration::from_micros(100)).await;
+    assert!(matches!(timed_out, Err(Error::TimedOut { .. })), "{timed_out:?}");
+    settled(3).await;
+    assert_eq!(tuner.gathers(), 1, "a dropped or timed-out gather is no measure of the device");
+    wait_full(b, table.source()).await;
+    drop(dir);
 }
 
 /// Streams dropped right after the call and after their first row, with reads still in flight

@@ -64,6 +64,6 @@ mod traits;
 pub use engine::{remote, ClaimPhase, FileInfo, JobClaims, ReadEngine, Remote};
 pub use future::GatherFuture;
 pub use ledger::{GatherJob, JobHandle};
-pub use source::{RowLayout, RowTable, Source, DEFAULT_MAX_GAP};
+pub use source::{RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT, DEFAULT_MAX_GAP};
 pub use stream::GatherStream;
 pub use traits::{Gather, GatherRows};

@@ -11,6 +11,8 @@
 //! - [`gather`]: the job ledger shared by a [`GatherFuture`] and the backend parties serving it,
 //!   and the [`Source`] / [`RowTable`] that validate, plan and submit;
 //! - [`sink`]: the eager [`DataSink`], its offset reservation, backpressure and error ledger;
+//! - [`tune`]: the device's price per read and per KiB, fitted from whole gathers, and the gap
+//!   it calls for;
 //! - [`error`]: the one error type, with the operation, file, row and offset;
 //! - [`mem`]: an in-memory backend, the smallest complete one, which also runs under loom;
 //! - `conformance` (feature `conformance`): the suite every backend passes whole.
@@ -43,16 +45,19 @@ pub mod sink;
 pub mod staging;
 pub mod stats;
 pub mod sys;
+pub mod tune;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
 pub use gather::{
-    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, RowLayout, RowTable, Source, DEFAULT_MAX_GAP,
+    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT,
+    DEFAULT_MAX_GAP,
 };
 pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, WriteFuture};
 pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};
+pub use tune::DevicePrice;
 
 /// What a backend implements and uses, apart from the user's API at the crate root: the engine
 /// traits ([`ReadEngine`](backend::ReadEngine), [`WriteEngine`](backend::WriteEngine)), the

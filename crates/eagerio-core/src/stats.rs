@@ -34,6 +34,11 @@ pub struct GatherStats {
     /// Time from the hand-off (the end of [`submit`](Self::submit)) until the last read settled
     /// (zero while running).
     pub wait: Duration,
+    /// The largest hole the plan read to join two extents: the source's fixed gap, or the one
+    /// its device's fitted price called for (see [`crate::tune`]), or a probe's.
+    pub gap: u64,
+    /// The device's price as fitted when the gather was planned (tuned sources, once fitted).
+    pub price: Option<crate::tune::DevicePrice>,
 }
 
 /// Totals over every gather of one source, and its latency histograms. All counters are

@@ -35,8 +35,15 @@ pub struct GlommioOptions {
     pub depth: usize,
     /// Largest single read (a multiple of the device's alignment). Default 64 KiB.
     pub max_read: usize,
-    /// Largest hole read to join two extents. Default 4096.
+    /// The gap: the largest hole read to join two extents. With `tune_gap` it is where the tuned
+    /// gap starts; without, every gather uses it. Default 4096.
     pub max_gap: u64,
+    /// Tune the gap to the device's price, fitted from this device's whole gathers (see
+    /// [`eagerio_core::tune`]). Default on.
+    pub tune_gap: bool,
+    /// The tuned gap's bound. Default [`DEFAULT_GAP_LIMIT`](eagerio_core::DEFAULT_GAP_LIMIT)
+    /// (32 KiB).
+    pub gap_limit: u64,
     /// Adaptive mode: rows whose pages are resident are copied from the page cache before the
     /// reads are queued (in the gather call, or on a preparing thread for a gather of
     /// [`PREPARE_ELSEWHERE`](eagerio_core::prepare::PREPARE_ELSEWHERE) requests or more); only
@@ -46,11 +53,25 @@ pub struct GlommioOptions {
 
 impl Default for GlommioOptions {
     fn default() -> Self {
-        GlommioOptions { depth: 128, max_read: 64 * 1024, max_gap: eagerio_core::DEFAULT_MAX_GAP, adaptive: true }
+        GlommioOptions {
+            depth: 128,
+            max_read: 64 * 1024,
+            max_gap: eagerio_core::DEFAULT_MAX_GAP,
+            tune_gap: true,
+            gap_limit: eagerio_core::DEFAULT_GAP_LIMIT,
+            adaptive: true,
+        }
     }
 }
 
-eagerio_core::options_setters!(GlommioOptions { depth: usize, max_read: usize, max_gap: u64, adaptive: bool });
+eagerio_core::options_setters!(GlommioOptions {
+    depth: usize,
+    max_read: usize,
+    max_gap: u64,
+    tune_gap: bool,
+    gap_limit: u64,
+    adaptive: bool,
+});
 
 /// One job in the lane's queue.
 struct Entry {
@@ -195,7 +216,11 @@ impl GlommioEngine {
             pump: Pump::new(),
             st: RefCell::new(LaneState::default()),
         };
-        let source = Source::new(GlommioEngine { lane: Rc::new(lane) }).with_max_gap(opts.max_gap);
+        let source = Source::new(GlommioEngine { lane: Rc::new(lane) }).with_gap_options(
+            opts.max_gap,
+            opts.tune_gap,
+            opts.gap_limit,
+        );
         Ok(source.maybe_adaptive(opts.adaptive))
     }
 

@@ -26,8 +26,15 @@ pub struct TokioOptions {
     pub staging_bytes: usize,
     /// Largest single read and staging slot size (a multiple of 4096). Default 64 KiB.
     pub max_read: usize,
-    /// Largest hole read to join two extents. Default 4096.
+    /// The gap: the largest hole read to join two extents. With `tune_gap` it is where the tuned
+    /// gap starts; without, every gather uses it. Default 4096.
     pub max_gap: u64,
+    /// Tune the gap to the device's price, fitted from this device's whole gathers (see
+    /// [`eagerio_core::tune`]). Default on.
+    pub tune_gap: bool,
+    /// The tuned gap's bound. Default [`DEFAULT_GAP_LIMIT`](eagerio_core::DEFAULT_GAP_LIMIT)
+    /// (32 KiB).
+    pub gap_limit: u64,
     /// Direct or buffered reads. Default [`DirectIo::Auto`].
     pub direct: DirectIo,
     /// Adaptive mode: rows whose pages are resident are copied from the page cache in the
@@ -42,6 +49,8 @@ impl Default for TokioOptions {
             staging_bytes: DEFAULT_STAGING_BYTES,
             max_read: 64 * 1024,
             max_gap: eagerio_core::DEFAULT_MAX_GAP,
+            tune_gap: true,
+            gap_limit: eagerio_core::DEFAULT_GAP_LIMIT,
             direct: DirectIo::Auto,
             adaptive: true,
         }
@@ -53,6 +62,8 @@ eagerio_core::options_setters!(TokioOptions {
     staging_bytes: usize,
     max_read: usize,
     max_gap: u64,
+    tune_gap: bool,
+    gap_limit: u64,
     direct: DirectIo,
     adaptive: bool,
 });
@@ -144,7 +155,7 @@ impl TokioEngine {
                 queue: Mutex::default(),
             }),
         };
-        Ok(Source::new(engine).with_max_gap(opts.max_gap).maybe_adaptive(adaptive))
+        Ok(Source::new(engine).with_gap_options(opts.max_gap, opts.tune_gap, opts.gap_limit).maybe_adaptive(adaptive))
     }
 
     /// Opens `path` as a table of fixed-size rows.

@@ -24,9 +24,9 @@ async fn latency_stats_count_every_read_and_gather() {
     });
     // Not adaptive: the freshly written rows are resident and would be copied without a read.
     let _faults = fault::inject(&path, hook);
-    let opts = TokioOptions::default().adaptive(false).depth(4);
+    let opts = TokioOptions::default().adaptive(false).depth(4).tune_gap(false);
     let table = TokioEngine::open_rows(&path, RowLayout { base: 0, row_size: 4096, rows: None }, opts).await.unwrap();
-    // Rows 3 apart: a hole of 8 KiB, past the 4 KiB gap bound, so each row is its own read.
+    // Rows 3 apart: a hole of 8 KiB, past the pinned 4 KiB gap, so each row is its own read.
     for g in 0..5u64 {
         let ids: Vec<u64> = (0..4).map(|k| (g + k * 3) % 64).collect();
         table.gather(&ids).unwrap().await.unwrap();

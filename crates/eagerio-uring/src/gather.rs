@@ -34,8 +34,15 @@ pub enum Fallback {
 pub struct UringOptions {
     /// The driver whose lanes serve the file. `None`: the process-wide [`Driver::shared`].
     pub driver: Option<Driver>,
-    /// Largest hole read to join two extents. Default 4096.
+    /// The gap: the largest hole read to join two extents. With `tune_gap` it is where the tuned
+    /// gap starts; without, every gather uses it. Default 4096.
     pub max_gap: u64,
+    /// Tune the gap to the device's price, fitted from this device's whole gathers (see
+    /// [`eagerio_core::tune`]). Default on.
+    pub tune_gap: bool,
+    /// The tuned gap's bound. Default [`DEFAULT_GAP_LIMIT`](eagerio_core::DEFAULT_GAP_LIMIT)
+    /// (32 KiB).
+    pub gap_limit: u64,
     /// Direct or buffered reads. Default [`DirectIo::Auto`].
     pub direct: DirectIo,
     /// A gather with at least this many reads is spread over every lane of the driver; smaller
@@ -53,6 +60,8 @@ impl Default for UringOptions {
         UringOptions {
             driver: None,
             max_gap: eagerio_core::DEFAULT_MAX_GAP,
+            tune_gap: true,
+            gap_limit: eagerio_core::DEFAULT_GAP_LIMIT,
             direct: DirectIo::Auto,
             split_threshold: 4096,
             fallback: Fallback::Auto,
@@ -63,6 +72,8 @@ impl Default for UringOptions {
 
 eagerio_core::options_setters!(UringOptions {
     max_gap: u64,
+    tune_gap: bool,
+    gap_limit: u64,
     direct: DirectIo,
     split_threshold: usize,
     fallback: Fallback,
@@ -153,7 +164,11 @@ impl UringEngine {
             direct,
             split_threshold: opts.split_threshold.max(1),
         };
-        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
+        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_gap_options(
+            opts.max_gap,
+            opts.tune_gap,
+            opts.gap_limit,
+        );
         Ok(source.maybe_adaptive(opts.adaptive))
     }
 
@@ -195,6 +210,8 @@ impl UringEngine {
         let topts = TokioOptions::default()
             .max_read(info.max_read as usize)
             .max_gap(opts.max_gap)
+            .tune_gap(opts.tune_gap)
+            .gap_limit(opts.gap_limit)
             .direct(if direct { DirectIo::On } else { DirectIo::Off })
             .adaptive(false);
         let source = TokioEngine::open_blocking(path, topts).map_err(|e| match e {
@@ -215,7 +232,11 @@ impl UringEngine {
             reason: Some(why),
             split_threshold: usize::MAX,
         };
-        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_max_gap(opts.max_gap);
+        let source = Source::new(UringEngine { inner: Arc::new(inner) }).with_gap_options(
+            opts.max_gap,
+            opts.tune_gap,
+            opts.gap_limit,
+        );
         Ok(source.maybe_adaptive(opts.adaptive))
     }
 

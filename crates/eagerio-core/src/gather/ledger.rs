@@ -31,6 +31,7 @@ use crate::error::{Error, Op, Result, Target};
 use crate::loom::{lock, wake, Arc, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::plan::Plan;
 use crate::stats::{GatherStats, SourceStats};
+use crate::tune::{DevicePrice, GapTuner, MIN_FIT_READS};
 
 use super::landing::Landing;
 
@@ -135,6 +136,8 @@ pub struct GatherJob {
     span: tracing::Span,
     /// A streamed gather's account of which requests have every byte in the output.
     landing: Option<Landing>,
+    /// The gap the plan was made with, and the tuner the job's time goes to.
+    tuning: Tuning,
 }
 
 // SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
@@ -175,6 +178,8 @@ impl GatherJob {
             useful_bytes: self.plan.useful_bytes(),
             submit: Duration::from_nanos(self.submit_ns.load(Ordering::Relaxed)),
             wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+            gap: self.tuning.gap,
+            price: self.tuning.price,
         }
     }
 
@@ -208,12 +213,25 @@ impl GatherJob {
             let ended = self.ending.load(Ordering::Acquire) == Ending::TIMED_OUT;
             s.record(&self.stats(), self.failed.load(Ordering::Acquire) || ended);
         }
+        self.tune();
         // Release: a future that sees `settled` sees the final statistics and every party's
         // writes to the output (each party's drop was AcqRel on `parties`, before this).
         self.settled.store(true, Ordering::Release);
         let waker = lock(&self.waker).take();
         if let Some(w) = waker {
             wake(w);
+        }
+    }
+
+    /// Gives a tuned source's device tuner this job's reads, bytes and wait, when it is a
+    /// measure of the device's price: whole (not failed, dropped or timed out), cold (no piece
+    /// from the page cache) and at least [`MIN_FIT_READS`] reads (see [`crate::tune`]).
+    fn tune(&self) {
+        let Some(tuner) = &self.tuning.tuner else { return };
+        let whole = !self.failed.load(Ordering::Acquire) && self.ending.load(Ordering::Acquire) == Ending::LIVE;
+        let s = self.stats();
+        if whole && s.resident == 0 && s.reads_issued >= MIN_FIT_READS {
+            tuner.record(s.reads_issued, s.bytes_read, s.wait);
         }
     }
 
@@ -536,6 +554,16 @@ pub(super) struct NewJob {
     /// Yields each request as it lands ([`GatherStream`](super::GatherStream)).
     pub(super) streamed: bool,
     pub(super) span: tracing::Span,
+    pub(super) tuning: Tuning,
+}
+
+/// How a job's plan was tuned: the gap it was planned with and the device's price then; a tuned
+/// source's job also carries the device's tuner, which its time goes to when it settles.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tuning {
+    pub(super) gap: u64,
+    pub(super) price: Option<DevicePrice>,
+    pub(super) tuner: Option<StdArc<GapTuner>>,
 }
 
 impl GatherJob {
@@ -582,6 +610,7 @@ impl GatherJob {
             first_claim_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             span: new.span,
             landing,
+            tuning: new.tuning,
         });
         let handle = JobHandle { job: job.clone() };
         job.span.in_scope(|| {

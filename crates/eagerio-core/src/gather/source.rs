@@ -22,10 +22,11 @@ use crate::loom::Arc;
 use crate::plan::{Plan, PlanOptions};
 use crate::residency::{Residency, Served};
 use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
+use crate::tune::GapTuner;
 
 use super::engine::{FileInfo, ReadEngine};
 use super::future::{split, whole, GatherFuture, Preparing, Started};
-use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets};
+use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets, Tuning};
 use super::stream::GatherStream;
 
 /// A file served by a [`ReadEngine`], gathered by byte ranges.
@@ -36,18 +37,26 @@ pub struct Source<E> {
     stats: StdArc<SourceStats>,
     residency: Option<StdArc<Residency>>,
     timeout: Option<Duration>,
+    /// The device's tuner and the source's bound on the tuned gap, when the gap is tuned.
+    tuned: Option<(StdArc<GapTuner>, u64)>,
 }
 
-/// Default read-amplification bound: two extents closer than this are read as one.
+/// The default gap: two extents closer than this are read as one. A tuned gap starts here.
 pub const DEFAULT_MAX_GAP: u64 = 4096;
 
+/// The default bound on a tuned gap (see [`Source::with_tuned_gap`]).
+pub const DEFAULT_GAP_LIMIT: u64 = 32 << 10;
+
 impl<E: ReadEngine> Source<E> {
-    /// Wraps an engine, with the default gap bound.
+    /// Wraps an engine. For a local file the gap is tuned to its device's price
+    /// ([`with_tuned_gap`](Self::with_tuned_gap) from [`DEFAULT_MAX_GAP`] within
+    /// [`DEFAULT_GAP_LIMIT`]); otherwise it is [`DEFAULT_MAX_GAP`].
     pub fn new(engine: E) -> Source<E> {
         let info = engine.info();
         let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
         let stats = StdArc::new(SourceStats::new(&info.path));
-        Source { engine, opts, stats, residency: None, timeout: None }
+        let tuned = crate::tune::for_file(&info.path).map(|t| (t, DEFAULT_GAP_LIMIT));
+        Source { engine, opts, stats, residency: None, timeout: None, tuned }
     }
 
     /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
@@ -101,10 +110,47 @@ impl<E: ReadEngine> Source<E> {
         self.residency.is_some()
     }
 
-    /// Sets the largest hole read to join two extents (the read-amplification bound).
+    /// Pins the gap: every gather joins extents whose hole is at most `max_gap` bytes (each
+    /// join reads at most that many useless bytes), and the gap is not tuned.
     pub fn with_max_gap(mut self, max_gap: u64) -> Source<E> {
         self.opts.max_gap = max_gap;
+        self.tuned = None;
         self
+    }
+
+    /// Tunes the gap to the device's price, fitted from this device's whole gathers (see
+    /// [`crate::tune`]): it starts at `start` and never exceeds `limit`. A file that is not local
+    /// (no device to fit) keeps `start`. Each gather's [`GatherStats::gap`] and
+    /// [`GatherStats::price`] say what it was planned with.
+    pub fn with_tuned_gap(mut self, start: u64, limit: u64) -> Source<E> {
+        self.opts.max_gap = start.min(limit);
+        self.tuned = crate::tune::for_file(&self.engine.info().path).map(|t| (t, limit));
+        self
+    }
+
+    /// [`with_tuned_gap`](Self::with_tuned_gap) with a tuner of the caller's instead of the
+    /// device's shared one: for sources whose gathers should not teach (or learn from) the
+    /// device's others, or a file that is not local.
+    pub fn with_gap_tuner(mut self, tuner: StdArc<GapTuner>, start: u64, limit: u64) -> Source<E> {
+        self.opts.max_gap = start.min(limit);
+        self.tuned = Some((tuner, limit));
+        self
+    }
+
+    /// A backend's gap options: tuned from `max_gap` within `gap_limit` when `tune_gap`
+    /// ([`with_tuned_gap`](Self::with_tuned_gap)), else pinned at `max_gap`
+    /// ([`with_max_gap`](Self::with_max_gap)).
+    pub fn with_gap_options(self, max_gap: u64, tune_gap: bool, gap_limit: u64) -> Source<E> {
+        if tune_gap {
+            self.with_tuned_gap(max_gap, gap_limit)
+        } else {
+            self.with_max_gap(max_gap)
+        }
+    }
+
+    /// The device's tuner, when the gap is tuned.
+    pub fn gap_tuner(&self) -> Option<&GapTuner> {
+        self.tuned.as_ref().map(|(t, _)| &**t)
     }
 
     /// Gives every gather of this source a deadline `timeout` after its call
@@ -124,13 +170,28 @@ impl<E: ReadEngine> Source<E> {
         RowTable::new(self, layout)
     }
 
-    /// The plan options the next gather is planned with: the source's, with the engine's
-    /// measured gap bound where it gives one ([`ReadEngine::max_gap`]).
+    /// The plan options the next gather is planned with (unless it probes): the source's, with
+    /// the engine's measured gap bound where it gives one ([`ReadEngine::max_gap`]), or the
+    /// tuned gap.
     pub fn plan_options(&self) -> PlanOptions {
-        match self.engine.max_gap() {
-            Some(max_gap) => PlanOptions { max_gap, ..self.opts },
-            None => self.opts,
-        }
+        let max_gap = match (self.engine.max_gap(), &self.tuned) {
+            (Some(max_gap), _) => max_gap,
+            (None, Some((tuner, limit))) => tuner.gap().unwrap_or(self.opts.max_gap).min(*limit),
+            (None, None) => self.opts.max_gap,
+        };
+        PlanOptions { max_gap, ..self.opts }
+    }
+
+    /// The next gather's plan options, and how its gap was chosen: the tuner's pick (which may
+    /// be a probe) for a tuned source.
+    fn next_plan(&self) -> (PlanOptions, Tuning) {
+        let (Some((tuner, limit)), None) = (&self.tuned, self.engine.max_gap()) else {
+            let opts = self.plan_options();
+            return (opts, Tuning { gap: opts.max_gap, ..Tuning::default() });
+        };
+        let p = tuner.next(self.opts.max_gap, *limit);
+        let tuning = Tuning { gap: p.gap, price: p.price, tuner: Some(tuner.clone()) };
+        (PlanOptions { max_gap: p.gap, ..self.opts }, tuning)
     }
 
     /// The engine.
@@ -228,8 +289,10 @@ impl<E: ReadEngine> Source<E> {
     /// `streamed` job keeps account of the requests as they land.
     fn start(&self, requests: Vec<(u64, u64)>, targets: Targets, out: BytesMut, streamed: bool) -> Result<Started> {
         let started = Instant::now();
+        let (opts, tuning) = self.next_plan();
         let start = Start {
-            opts: self.plan_options(),
+            opts,
+            tuning,
             residency: self.residency.clone(),
             stats: self.stats.clone(),
             path: StdArc::from(self.engine.info().path.as_path()),
@@ -277,6 +340,7 @@ impl<E: ReadEngine> Source<E> {
 /// thread for a large gather.
 struct Start {
     opts: PlanOptions,
+    tuning: Tuning,
     residency: Option<StdArc<Residency>>,
     stats: StdArc<SourceStats>,
     path: StdArc<Path>,
@@ -326,6 +390,7 @@ impl Start {
             elsewhere,
             streamed,
             span,
+            tuning: self.tuning,
         };
         Ok(GatherJob::launch(new, submit))
     }

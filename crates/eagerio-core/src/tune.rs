@@ -1,0 +1,450 @@
+//! The gap a device's price calls for, fitted from the engine's own whole gathers.
+//!
+//! A read at depth costs a device about `per_read + per_kib x KiB` of its time (fio's random
+//! reads on an ext4 virtio disk fit 5.6-10 µs per read plus 0.37-0.46 µs per KiB). Joining two
+//! neighbouring extents saves one read and reads the hole between them, so it pays while the hole
+//! is under `per_read / per_kib` KiB: that is the gap a plan should use ([`DevicePrice::gap`]).
+//!
+//! Each [`GapTuner`] serves one device (every tuned source on it shares it, see [`for_file`]).
+//! A gather large enough to keep the device busy (at least [`MIN_FIT_READS`] reads), cold (no
+//! piece copied from the page cache) and whole (not failed, dropped or timed out) adds its reads,
+//! KiB and wait to a least-squares fit of `wait = per_read x reads + per_kib x KiB`, older
+//! gathers weighted down by [`DECAY`] per gather. Gathers planned at one gap cannot tell the two
+//! terms apart (their KiB per read stay alike), so while the fit cannot, every other gather is a
+//! *probe*, planned at a gap 4x the current one (or a quarter of it at the source's limit). The
+//! first fit usually comes after two such gathers; the gap then moves only when a fit calls for
+//! one more than [`HYSTERESIS`] away from the gap in use, so noise does not make it oscillate.
+//! After that, one gather in [`PROBE_EVERY`] probes at twice or half the gap (near the optimum,
+//! where a plan's price changes little), so that when the device changes the fit sees which of
+//! its two costs did, and the gap follows.
+//!
+//! A source's bound ([`Source::with_tuned_gap`](crate::Source::with_tuned_gap)'s `limit`) caps
+//! the tuned gap; [`Source::with_max_gap`](crate::Source::with_max_gap) pins it and turns the
+//! tuning off.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+/// A gather with fewer reads does not keep the device busy: its time is latency, not price.
+pub const MIN_FIT_READS: u64 = 256;
+
+/// Weight an earlier gather keeps per later one: about the last 30 count.
+pub const DECAY: f64 = 0.97;
+
+/// The fitted gap replaces the one in use only when it differs by more than this fraction.
+pub const HYSTERESIS: f64 = 0.15;
+
+/// Once fitted, one gather in this many probes (at twice the gap, then at half of it), so the
+/// fit keeps seeing both terms and follows a device whose costs change.
+pub const PROBE_EVERY: u32 = 4;
+
+/// Below this spread between the gathers' reads and KiB (`1 - r²`), the fit cannot tell the cost
+/// of a read from the cost of a KiB.
+const MIN_SPREAD: f64 = 0.01;
+
+/// What a device's reads cost at depth: `per_read` for each read plus `per_kib` for each KiB.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DevicePrice {
+    /// The time each read costs, whatever its size.
+    pub per_read: Duration,
+    /// The time each KiB read costs.
+    pub per_kib: Duration,
+}
+
+impl DevicePrice {
+    /// What a plan of `reads` reads and `bytes` bytes costs the device.
+    pub fn of(&self, reads: u64, bytes: u64) -> Duration {
+        let ns =
+            reads as f64 * self.per_read.as_nanos() as f64 + bytes as f64 / 1024.0 * self.per_kib.as_nanos() as f64;
+        Duration::from_nanos(ns as u64)
+    }
+
+    /// The largest hole worth reading to join two reads, in bytes: `per_read / per_kib` KiB
+    /// (`u64::MAX` when a KiB costs nothing).
+    pub fn gap(&self) -> u64 {
+        let kib = self.per_kib.as_nanos();
+        if kib == 0 {
+            return u64::MAX;
+        }
+        u64::try_from(self.per_read.as_nanos() * 1024 / kib).unwrap_or(u64::MAX)
+    }
+}
+
+/// Decayed least-squares sums of gathers' time (µs) against their reads and KiB.
+#[derive(Debug, Default, Clone, Copy)]
+struct Fit {
+    rr: f64,
+    rk: f64,
+    kk: f64,
+    rt: f64,
+    kt: f64,
+}
+
+impl Fit {
+    fn add(&mut self, reads: f64, kib: f64, us: f64) {
+        let d = DECAY;
+        self.rr = self.rr * d + reads * reads;
+        self.rk = self.rk * d + reads * kib;
+        self.kk = self.kk * d + kib * kib;
+        self.rt = self.rt * d + reads * us;
+        self.kt = self.kt * d + kib * us;
+    }
+
+    /// The price, or `None` while the gathers' reads and KiB are too alike to tell the terms
+    /// apart. A term the fit finds negative is 0.
+    fn price(&self) -> Option<DevicePrice> {
+        let det = self.rr * self.kk - self.rk * self.rk;
+        if self.rr <= 0.0 || self.kk <= 0.0 || det < MIN_SPREAD * self.rr * self.kk {
+            return None;
+        }
+        let mut per_read = (self.rt * self.kk - self.kt * self.rk) / det;
+        let mut per_kib = (self.kt * self.rr - self.rt * self.rk) / det;
+        // With one term held at 0, the other is the least-squares fit alone.
+        if per_read < 0.0 {
+            per_read = 0.0;
+            per_kib = self.kt / self.kk;
+        } else if per_kib < 0.0 {
+            per_kib = 0.0;
+            per_read = self.rt / self.rr;
+        }
+        let d = |us: f64| Duration::from_nanos((us.max(0.0) * 1e3).round() as u64);
+        Some(DevicePrice { per_read: d(per_read), per_kib: d(per_kib) })
+    }
+}
+
+/// How one gather is planned by a tuned source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// The gap to plan with.
+    pub gap: u64,
+    /// Whether it is a probe, planned away from the fitted gap to learn the price.
+    pub probe: bool,
+    /// The device's price as fitted so far.
+    pub price: Option<DevicePrice>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    fit: Fit,
+    /// The fitted gap in use, once a fit has given one.
+    gap: Option<u64>,
+    price: Option<DevicePrice>,
+    /// Whether the next gather that can probe does (while unfitted).
+    probe_next: bool,
+    /// Gathers planned since the last probe (once fitted), and whether the next probe goes up.
+    since_probe: u32,
+    probe_up: bool,
+    /// Gathers the fit has taken.
+    gathers: u64,
+}
+
+/// One device's price fit and the gap in use, shared by every tuned source on the device. See
+/// the [module docs](self).
+#[derive(Debug, Default)]
+pub struct GapTuner {
+    state: Mutex<State>,
+}
+
+impl GapTuner {
+    /// A tuner with nothing fitted yet.
+    pub fn new() -> GapTuner {
+        GapTuner::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The gap for the next gather of a source that starts at `start` and may join holes of at
+    /// most `limit` bytes, and whether it probes.
+    pub fn next(&self, start: u64, limit: u64) -> Planned {
+        let mut s = self.state();
+        let gap = s.gap.unwrap_or(start).min(limit);
+        let price = s.price;
+        if s.fit.price().is_some() {
+            s.since_probe += 1;
+            if s.since_probe < PROBE_EVERY {
+                return Planned { gap, probe: false, price };
+            }
+            s.since_probe = 0;
+            s.probe_up = !s.probe_up;
+            let (up, down) = (gap.saturating_mul(2).min(limit), gap / 2);
+            let probe = if (s.probe_up && up > gap) || down == gap { up } else { down };
+            return Planned { gap: probe, probe: probe != gap, price };
+        }
+        s.probe_next = !s.probe_next;
+        if !s.probe_next {
+            return Planned { gap, probe: false, price };
+        }
+        let up = gap.max(1024).saturating_mul(4).min(limit);
+        let probe = if up > gap { up } else { gap / 4 };
+        Planned { gap: probe, probe: probe != gap, price }
+    }
+
+    /// Adds a finished gather of `reads` reads and `bytes` bytes that waited `wait` for them.
+    /// Only a gather of at least [`MIN_FIT_READS`] reads counts.
+    pub fn record(&self, reads: u64, bytes: u64, wait: Duration) {
+        if reads < MIN_FIT_READS || bytes == 0 {
+            return;
+        }
+        let mut s = self.state();
+        s.gathers += 1;
+        s.fit.add(reads as f64, bytes as f64 / 1024.0, wait.as_secs_f64() * 1e6);
+        let Some(price) = s.fit.price() else { return };
+        s.price = Some(price);
+        let fitted = price.gap();
+        let moved = s.gap.is_none_or(|g| (fitted as f64 - g as f64).abs() > HYSTERESIS * g.max(1) as f64);
+        if moved {
+            s.gap = Some(fitted);
+        }
+    }
+
+    /// The device's price as fitted so far.
+    pub fn price(&self) -> Option<DevicePrice> {
+        self.state().price
+    }
+
+    /// Gathers the fit has taken so far.
+    pub fn gathers(&self) -> u64 {
+        self.state().gathers
+    }
+
+    /// The fitted gap in use, once a fit has given one (a source caps it at its limit).
+    pub fn gap(&self) -> Option<u64> {
+        self.state().gap
+    }
+}
+
+/// The tuner of the device holding `path` (one per device, for the process's lifetime), or
+/// `None` when the path is not a local file.
+pub fn for_file(path: &Path) -> Option<Arc<GapTuner>> {
+    use std::os::unix::fs::MetadataExt;
+    static TUNERS: OnceLock<Mutex<HashMap<u64, Arc<GapTuner>>>> = OnceLock::new();
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let mut map = TUNERS.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Some(map.entry(dev).or_default().clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Plan, PlanOptions};
+
+    fn us(x: f64) -> Duration {
+        Duration::from_nanos((x * 1e3) as u64)
+    }
+
+    /// A simulated device: each gather of `requests` costs `per_read x reads + per_kib x KiB`
+    /// (µs) of its plan at the gap asked for, with a deterministic ±`noise` wobble.
+    struct Device {
+        per_read: f64,
+        per_kib: f64,
+        noise: f64,
+        n: u64,
+    }
+
+    impl Device {
+        fn gather(&mut self, tuner: &GapTuner, requests: &[(u64, u64)], limit: u64) -> Planned {
+            let planned = tuner.next(4096, limit);
+            let opts = PlanOptions { max_gap: planned.gap, align: 512, max_read: 64 << 10 };
+            let plan = Plan::new(requests, &opts).expect("a valid plan");
+            let reads = plan.extents().len() as u64;
+            let bytes: u64 = plan.extents().iter().map(|e| u64::from(e.len)).sum();
+            self.n += 1;
+            let wobble = 1.0 + self.noise * (((self.n * 7919) % 13) as f64 / 6.0 - 1.0);
+            let t = (self.per_read * reads as f64 + self.per_kib * bytes as f64 / 1024.0) * wobble;
+            tuner.record(reads, bytes, us(t));
+            planned
+        }
+    }
+
+    /// 40,000 rows of `row` bytes drawn from a 2 GiB table (a fixed generator).
+    fn rows(row: u64, seed: u64) -> Vec<(u64, u64)> {
+        let mut x = seed | 1;
+        (0..40_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x % ((2u64 << 30) / row)) * row, row)
+            })
+            .collect()
+    }
+
+    /// What the device charges for the plan of `requests` at `gap`, µs.
+    fn plan_cost(d: &Device, requests: &[(u64, u64)], gap: u64) -> f64 {
+        let plan = Plan::new(requests, &PlanOptions { max_gap: gap, align: 512, max_read: 64 << 10 }).unwrap();
+        let bytes: u64 = plan.extents().iter().map(|e| u64::from(e.len)).sum();
+        d.per_read * plan.extents().len() as f64 + d.per_kib * bytes as f64 / 1024.0
+    }
+
+    /// The gap among `gaps` whose plan the device prices lowest.
+    fn best_fixed_gap(d: &Device, requests: &[(u64, u64)], gaps: &[u64]) -> u64 {
+        *gaps.iter().min_by(|a, b| plan_cost(d, requests, **a).total_cmp(&plan_cost(d, requests, **b))).unwrap()
+    }
+
+    #[test]
+    fn tune_price_gap_is_per_read_over_per_kib() {
+        let p = DevicePrice { per_read: us(5.59), per_kib: us(0.457) };
+        assert_eq!(p.gap(), 5590 * 1024 / 457);
+        assert_eq!(DevicePrice { per_read: us(1.0), per_kib: Duration::ZERO }.gap(), u64::MAX);
+        // 36,500 reads and 30 MB: 204 ms + 13.4 ms.
+        let t = p.of(36_500, 30_000_000);
+        assert!((217.0..218.0).contains(&(t.as_secs_f64() * 1e3)), "{t:?}");
+    }
+
+    #[test]
+    fn tune_fit_recovers_the_price_from_gathers_at_two_gaps() {
+        let t = GapTuner::new();
+        assert_eq!(t.price(), None);
+        // Gathers of one shape cannot tell the terms apart.
+        for _ in 0..5 {
+            t.record(30_000, 30_000 * 2048, us(30_000.0 * 6.0 + 60_000.0 * 0.5));
+        }
+        assert_eq!(t.price(), None, "one shape");
+        t.record(20_000, 20_000 * 8192, us(20_000.0 * 6.0 + 160_000.0 * 0.5));
+        let p = t.price().expect("two shapes fit");
+        assert!((p.per_read.as_secs_f64() * 1e6 - 6.0).abs() < 0.01, "{p:?}");
+        assert!((p.per_kib.as_secs_f64() * 1e6 - 0.5).abs() < 0.001, "{p:?}");
+        assert_eq!(t.gap(), Some(p.gap()));
+    }
+
+    #[test]
+    fn tune_small_gathers_do_not_count() {
+        let t = GapTuner::new();
+        t.record(MIN_FIT_READS - 1, 1 << 20, us(1000.0));
+        t.record(MIN_FIT_READS - 1, 16 << 20, us(9000.0));
+        assert_eq!((t.price(), t.gathers()), (None, 0));
+        t.record(MIN_FIT_READS, 0, us(1000.0));
+        t.record(MIN_FIT_READS, 1 << 20, us(1000.0));
+        t.record(MIN_FIT_READS, 8 << 20, us(5000.0));
+        assert!(t.price().is_some(), "gathers of the minimum count");
+        assert_eq!(t.gathers(), 2, "a gather of no bytes does not count");
+    }
+
+    #[test]
+    fn tune_negative_terms_are_zero() {
+        // Time grows with KiB only: reads are free, the gap is 0.
+        let t = GapTuner::new();
+        t.record(1000, 1000 << 10, us(1000.0 * 0.5 - 50.0));
+        t.record(500, 4000 << 10, us(4000.0 * 0.5 - 25.0));
+        let p = t.price().unwrap();
+        assert_eq!(p.per_read, Duration::ZERO, "{p:?}");
+        assert!(p.per_kib > Duration::ZERO);
+        assert_eq!(t.gap(), Some(0));
+        // Time grows with reads only: KiB are free, join everything the limit allows.
+        let t = GapTuner::new();
+        t.record(1000, 1000 << 10, us(1000.0 * 8.0 + 30.0));
+        t.record(500, 4000 << 10, us(500.0 * 8.0 - 10.0));
+        let p = t.price().unwrap();
+        assert_eq!(p.per_kib, Duration::ZERO, "{p:?}");
+        assert_eq!(t.gap(), Some(u64::MAX));
+        assert_eq!(t.next(4096, 32 << 10).gap, 32 << 10, "capped at the limit");
+    }
+
+    #[test]
+    fn tune_probes_every_other_gather_until_it_fits() {
+        let t = GapTuner::new();
+        let a = t.next(4096, 64 << 10);
+        let b = t.next(4096, 64 << 10);
+        assert_eq!((a.gap, a.probe), (16 << 10, true));
+        assert_eq!((b.gap, b.probe), (4096, false));
+        // At the limit the probe goes down.
+        let c = t.next(4096, 4096);
+        assert_eq!((c.gap, c.probe), (1024, true));
+        // A limit of 0 cannot probe.
+        t.next(0, 0);
+        let d = t.next(0, 0);
+        assert_eq!((d.gap, d.probe), (0, false));
+        // Once fitted, no probe.
+        t.record(30_000, 30_000 * 2048, us(30_000.0 * 6.0 + 60_000.0 * 0.5));
+        t.record(20_000, 20_000 * 8192, us(20_000.0 * 6.0 + 160_000.0 * 0.5));
+        let fitted: Vec<Planned> = (0..2 * PROBE_EVERY).map(|_| t.next(4096, 64 << 10)).collect();
+        for (i, n) in fitted.iter().enumerate() {
+            assert!(n.price.is_some());
+            match (i + 1) as u32 % PROBE_EVERY {
+                // One in PROBE_EVERY probes: up, then down.
+                0 if i < PROBE_EVERY as usize => assert_eq!((n.gap, n.probe), (24 << 10, true)),
+                0 => assert_eq!((n.gap, n.probe), (6 << 10, true)),
+                _ => assert_eq!((n.gap, n.probe), (12 << 10, false), "6 µs / 0.5 µs per KiB = 12 KiB"),
+            }
+        }
+        // At the limit, a probe goes down.
+        let at_limit: Vec<Planned> = (0..PROBE_EVERY).map(|_| t.next(4096, 12 << 10)).collect();
+        assert_eq!(at_limit.last().map(|p| (p.gap, p.probe)), Some((6 << 10, true)));
+    }
+
+    #[test]
+    fn tune_converges_within_a_few_gathers_to_the_best_fixed_gap() {
+        let gaps: Vec<u64> = (0..=64).map(|k| k * 1024).collect();
+        for (per_read, per_kib, row) in [(5.59, 0.457, 90), (10.0, 0.369, 4096), (2.0, 0.25, 5120), (0.3, 0.08, 90)] {
+            let mut d = Device { per_read, per_kib, noise: 0.05, n: 0 };
+            let t = GapTuner::new();
+            let mut last = Vec::new();
+            for i in 0..12 {
+                last.push(d.gather(&t, &rows(row, 11 + i), 64 << 10));
+            }
+            let best = best_fixed_gap(&d, &rows(row, 99), &gaps);
+            let fitted = t.gap().expect("fitted after 12 gathers").min(64 << 10);
+            let cost = |g: u64| plan_cost(&d, &rows(row, 99), g);
+            assert!(
+                cost(fitted) <= cost(best) * 1.02,
+                "{per_read} µs + {per_kib} µs/KiB, {row} B rows: fitted gap {fitted} costs {} against the best {best}'s {}",
+                cost(fitted),
+                cost(best)
+            );
+            let probes = last[6..].iter().filter(|p| p.probe).count();
+            assert!(probes <= 2, "still probing every other gather after 6: {last:?}");
+        }
+    }
+
+    /// The gaps of the non-probe gathers among `seen`: how often the gap moved, and whether it
+    /// ever turned back.
+    fn moves(seen: &[Planned]) -> (usize, bool) {
+        let gaps: Vec<u64> = seen.iter().filter(|p| !p.probe).map(|p| p.gap).collect();
+        let steps: Vec<i8> =
+            gaps.windows(2).filter(|w| w[0] != w[1]).map(|w| if w[1] > w[0] { 1 } else { -1 }).collect();
+        (steps.len(), steps.windows(2).any(|w| w[0] != w[1]))
+    }
+
+    #[test]
+    fn tune_never_oscillates_and_adapts_when_the_device_changes() {
+        let t = GapTuner::new();
+        let mut d = Device { per_read: 5.59, per_kib: 0.457, noise: 0.08, n: 0 };
+        // The gap's plan costs the device within 3% of the best fixed gap's.
+        let within = |gap: u64, d: &Device| {
+            let requests = rows(90, 77);
+            let gaps: Vec<u64> = (0..=64).map(|k| k * 1024).collect();
+            let best = best_fixed_gap(d, &requests, &gaps);
+            let (c, b) = (plan_cost(d, &requests, gap), plan_cost(d, &requests, best));
+            assert!(c <= b * 1.03, "gap {gap} costs {c}, the best fixed gap {best} {b}");
+        };
+        let mut seen = Vec::new();
+        for i in 0..80 {
+            seen.push(d.gather(&t, &rows(90, 1000 + i), 64 << 10));
+        }
+        // Past the first fits: the gap moves at most twice, never back, and rarely probes.
+        let (moved, turned) = moves(&seen[10..]);
+        assert!(moved <= 2 && !turned, "the gap moved {moved} times (turned back: {turned}): {seen:?}");
+        let probes = seen[10..].iter().filter(|p| p.probe).count();
+        assert!(probes <= 70 / PROBE_EVERY as usize + 1, "{probes} probes in 70 gathers: {seen:?}");
+        let before = seen.last().unwrap().gap;
+        within(before, &d);
+        // The device's reads get 4x dearer: the gap grows to the new price's.
+        d.per_read *= 4.0;
+        let mut after = Vec::new();
+        for i in 0..80 {
+            after.push(d.gather(&t, &rows(90, 5000 + i), 64 << 10));
+        }
+        let now = after.last().unwrap().gap;
+        assert!(now > before * 2, "the gap did not follow the device: {before} -> {now}");
+        within(now, &d);
+        // Following the device, the gap only grows: it never turns back.
+        let (_, turned) = moves(&after[10..]);
+        assert!(!turned, "the gap turned back: {after:?}");
+    }
+}

@@ -1,0 +1,106 @@
+//! The tuned gap, seen from a source: which gathers plan with which gap, which gathers teach the
+//! device's tuner, and that sources on one device share it. Over the in-memory engine (reads on
+//! the caller's thread, in plan order); the fit itself is tested beside it in `tune.rs`.
+#![cfg(not(eagerio_loom))]
+
+use std::sync::Arc;
+
+use eagerio_core::{
+    mem::{MemEngine, MemFile},
+    tune::{GapTuner, MIN_FIT_READS},
+    Source, DEFAULT_GAP_LIMIT, DEFAULT_MAX_GAP,
+};
+use futures::executor::block_on;
+
+/// 64 MiB of bytes that name their offset.
+fn file() -> MemFile {
+    MemFile::new((0..64u64 << 20).map(|i| (i % 251) as u8).collect())
+}
+
+fn source(file: &MemFile, path: &str) -> Source<MemEngine> {
+    Source::new(MemEngine::new(file.clone(), path, 1 << 20).unwrap())
+}
+
+/// `n` ranges of 90 B, 64 KiB apart: each its own read whatever the gap.
+fn sparse(n: u64) -> Vec<std::ops::Range<u64>> {
+    (0..n).map(|i| i * (64 << 10)..i * (64 << 10) + 90).collect()
+}
+
+#[test]
+fn tune_a_pinned_gap_is_every_gathers_gap() {
+    let f = file();
+    let s = source(&f, "pinned.bin").with_max_gap(8192);
+    assert!(s.gap_tuner().is_none());
+    for _ in 0..3 {
+        let fut = s.gather_ranges(&sparse(300)).unwrap();
+        let stats = fut.stats();
+        assert_eq!((stats.gap, stats.price), (8192, None));
+        block_on(fut).unwrap();
+    }
+    assert_eq!(s.plan_options().max_gap, 8192);
+}
+
+#[test]
+fn tune_whole_gathers_of_enough_reads_teach_the_tuner_and_probes_alternate() {
+    let f = file();
+    let tuner = Arc::new(GapTuner::new());
+    let s = source(&f, "taught.bin").with_gap_tuner(tuner.clone(), 4096, 64 << 10);
+    assert!(std::ptr::eq(s.gap_tuner().unwrap(), &*tuner));
+    // Too few reads: planned by the tuner, but not counted.
+    let fut = s.gather_ranges(&sparse(MIN_FIT_READS - 1)).unwrap();
+    let probe = fut.stats().gap;
+    block_on(fut).unwrap();
+    assert_eq!(tuner.gathers(), 0);
+    // Enough reads: counted, and the gathers alternate between a probe and the start.
+    let mut gaps = vec![probe];
+    for n in 1..=3 {
+        let fut = s.gather_ranges(&sparse(MIN_FIT_READS)).unwrap();
+        gaps.push(fut.stats().gap);
+        block_on(fut).unwrap();
+        assert_eq!(tuner.gathers(), n);
+    }
+    assert_eq!(gaps, [16 << 10, 4096, 16 << 10, 4096], "probe, start, probe, start");
+    // A failed gather does not count, even with every read issued: the file is cut under the
+    // source inside its last range, whose read is the last one issued (reads go in file order).
+    f.truncate((MIN_FIT_READS - 1) * (64 << 10) + 10);
+    let fut = s.gather_ranges(&sparse(MIN_FIT_READS)).unwrap();
+    let stats = fut.stats();
+    assert!(block_on(fut).is_err());
+    assert_eq!(stats.reads_issued, MIN_FIT_READS, "every read was issued");
+    assert_eq!(tuner.gathers(), 3, "a failed gather is no measure of the device");
+}
+
+#[test]
+fn tune_a_tuned_gap_stays_within_the_sources_limit() {
+    let f = file();
+    let tuner = Arc::new(GapTuner::new());
+    let s = source(&f, "limited.bin").with_gap_tuner(tuner, 4096, 0);
+    for _ in 0..4 {
+        let fut = s.gather_ranges(&sparse(MIN_FIT_READS)).unwrap();
+        assert_eq!(fut.stats().gap, 0, "limit 0: neither the start nor a probe goes past it");
+        block_on(fut).unwrap();
+    }
+    assert_eq!(s.plan_options().max_gap, 0);
+}
+
+#[test]
+fn tune_sources_of_one_local_device_share_its_tuner() {
+    let dir = std::env::temp_dir();
+    let a = dir.join(format!("eagerio-tune-a-{}", std::process::id()));
+    let b = dir.join(format!("eagerio-tune-b-{}", std::process::id()));
+    std::fs::write(&a, b"a").unwrap();
+    std::fs::write(&b, b"b").unwrap();
+    let f = file();
+    let (sa, sb) = (source(&f, a.to_str().unwrap()), source(&f, b.to_str().unwrap()));
+    let (ta, tb) = (sa.gap_tuner().expect("a local file is tuned"), sb.gap_tuner().unwrap());
+    assert!(std::ptr::eq(ta, tb), "one tuner per device");
+    assert!(source(&f, "no-such-file.bin").gap_tuner().is_none(), "nothing to fit without a device");
+    let tuned = source(&f, a.to_str().unwrap()).with_tuned_gap(2048, DEFAULT_GAP_LIMIT);
+    assert!(std::ptr::eq(tuned.gap_tuner().unwrap(), ta));
+    let pinned = sa.with_gap_options(DEFAULT_MAX_GAP, false, DEFAULT_GAP_LIMIT);
+    assert!(pinned.gap_tuner().is_none(), "tune_gap off pins the gap");
+    let retuned = pinned.with_gap_options(DEFAULT_MAX_GAP, true, DEFAULT_GAP_LIMIT);
+    assert!(retuned.gap_tuner().is_some());
+    let _ = std::fs::remove_file(a);
+    let _ = std::fs::remove_file(b);
+}
