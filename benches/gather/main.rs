@@ -254,6 +254,7 @@ impl Probe {
             useful: out.bytes.len() as u64,
             reads: out.reads,
             call: out.call,
+            gap: out.gap,
             disk,
             major_faults: faults,
             cache_growth: resident1 as i64 - resident0 as i64,
@@ -266,7 +267,8 @@ impl Probe {
 fn record(cell: &mut Cell, r: Result<Sample, String>, what: &str, notes: &mut Vec<String>) {
     match r {
         Ok(s) => {
-            eprintln!("  {what}: {:.1} ms, {:.0} rows/s", s.elapsed.as_secs_f64() * 1e3, s.rows_per_s());
+            let gap = s.gap.map(|g| format!(", gap {g} B")).unwrap_or_default();
+            eprintln!("  {what}: {:.1} ms, {:.0} rows/s{gap}", s.elapsed.as_secs_f64() * 1e3, s.rows_per_s());
             cell.samples.push(s);
         }
         Err(e) => {

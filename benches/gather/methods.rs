@@ -54,6 +54,8 @@ pub struct RunOut {
     /// Time inside the gather call, before its future is awaited (eagerio's planning, residency
     /// probe and submission on the caller's thread); `None` for methods that are one call.
     pub call: Option<std::time::Duration>,
+    /// The gap the gather was planned with (eagerio's backends).
+    pub gap: Option<u64>,
 }
 
 /// A gather method.
@@ -161,10 +163,11 @@ impl<E: ReadEngine> Method for Eager<E> {
         let table = self.table.as_ref().ok_or("method used before prepare")?;
         let before = table.stats().reads;
         let t = std::time::Instant::now();
-        let fut = table.gather(ids)?; // the reads are in flight from here
+        let mut fut = table.gather(ids)?; // the reads are in flight from here
         let call = t.elapsed();
-        let bytes = env.rt.block_on(fut)?;
-        Ok(RunOut { bytes, reads: Some(table.stats().reads - before), call: Some(call) })
+        let bytes = env.rt.block_on(&mut fut)?;
+        let gap = Some(fut.stats().gap);
+        Ok(RunOut { bytes, reads: Some(table.stats().reads - before), call: Some(call), gap })
     }
 }
 
@@ -306,7 +309,7 @@ impl Method for Mmap {
             let o = id as usize * rs;
             out.extend_from_slice(&map[o..o + rs]);
         }
-        Ok(RunOut { bytes: out.into(), reads: None, call: None })
+        Ok(RunOut { bytes: out.into(), reads: None, call: None, gap: None })
     }
 }
 
@@ -340,7 +343,7 @@ impl Method for SerialPread {
         for (chunk, &id) in out.chunks_exact_mut(rs as usize).zip(ids) {
             file.read_exact_at(chunk, id * rs)?;
         }
-        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None })
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None, gap: None })
     }
 }
 
@@ -451,7 +454,7 @@ impl Method for PoolPread {
             }
         }
         d.fill_repeats(&mut out, rs);
-        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None })
+        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None, gap: None })
     }
 }
 
@@ -496,7 +499,7 @@ impl Method for TokioJoinAll {
         for r in rows {
             out.extend_from_slice(&r??);
         }
-        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None })
+        Ok(RunOut { bytes: out.into(), reads: Some(ids.len() as u64), call: None, gap: None })
     }
 }
 
@@ -645,7 +648,7 @@ impl Method for OnGlommio {
         let job = GlommioJob::Gather(Arc::new(ids.to_vec()), tx);
         w.jobs.as_ref().expect("open while the worker lives").send(job).map_err(|_| "the glommio thread is gone")?;
         let (bytes, reads, call) = rx.recv()??;
-        Ok(RunOut { bytes, reads: Some(reads), call })
+        Ok(RunOut { bytes, reads: Some(reads), call, gap: None })
     }
 }
 
@@ -930,6 +933,6 @@ impl Method for UringLoop {
             }
         }
         d.fill_repeats(&mut out, rs as usize);
-        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None })
+        Ok(RunOut { bytes: out.into(), reads: Some(d.unique.len() as u64), call: None, gap: None })
     }
 }

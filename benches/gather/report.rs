@@ -18,6 +18,8 @@ pub struct Sample {
     pub reads: Option<u64>,
     /// Time inside the gather call (the caller's thread), where the method has one.
     pub call: Option<Duration>,
+    /// The gap the gather was planned with, where the method says.
+    pub gap: Option<u64>,
     pub disk: Option<DiskCounters>,
     pub major_faults: u64,
     /// Growth of the table's resident pages over the run (mincore), bytes.
@@ -108,6 +110,7 @@ pub fn gather_table(params: &[&str], cells: &[Cell]) -> String {
         "in call ms",
         "rows/s",
         "useful MB/s",
+        "gap B",
         "reads issued",
         "device reads",
         "device MB",
@@ -133,6 +136,7 @@ pub fn gather_table(params: &[&str], cells: &[Cell]) -> String {
                 row.push(m.call.map_or_else(|| "-".into(), |c| format!("{:.2}", c.as_secs_f64() * 1e3)));
                 row.push(format!("{rps:.0}"));
                 row.push(format!("{:.1}", m.useful as f64 / 1e6 / m.elapsed.as_secs_f64()));
+                row.push(opt(m.gap));
                 row.push(opt(m.reads));
                 row.push(opt(m.disk.map(|d| d.reads)));
                 row.push(m.disk.map_or_else(|| "-".into(), |d| mb(d.bytes())));

@@ -38,6 +38,10 @@ pub const DECAY: f64 = 0.97;
 /// The fitted gap replaces the one in use only when it differs by more than this fraction.
 pub const HYSTERESIS: f64 = 0.15;
 
+/// A gather that took more than this many times its fitted price, or less than its inverse, is
+/// an outlier: left out of the fit unless the gather before it was one too.
+pub const OUTLIER: u32 = 3;
+
 /// Once fitted, one gather in this many probes (at twice the gap, then at half of it), so the
 /// fit keeps seeing both terms and follows a device whose costs change.
 pub const PROBE_EVERY: u32 = 4;
@@ -140,6 +144,8 @@ struct State {
     probe_up: bool,
     /// Gathers the fit has taken.
     gathers: u64,
+    /// Whether the last gather was an outlier.
+    off: bool,
 }
 
 /// One device's price fit and the gap in use, shared by every tuned source on the device. See
@@ -192,15 +198,29 @@ impl GapTuner {
             return;
         }
         let mut s = self.state();
+        // A gather far off the price (a device stalled for a moment, a neighbour's burst) is
+        // left out, unless the one before was too: then the device has changed.
+        let predicted = s.price.map(|p| p.of(reads, bytes));
+        let off = predicted.is_some_and(|p| wait > p * OUTLIER || wait * OUTLIER < p);
+        let was_off = std::mem::replace(&mut s.off, off);
+        if off && !was_off {
+            return;
+        }
         s.gathers += 1;
         s.fit.add(reads as f64, bytes as f64 / 1024.0, wait.as_secs_f64() * 1e6);
         let Some(price) = s.fit.price() else { return };
         s.price = Some(price);
-        let fitted = price.gap();
-        let moved = s.gap.is_none_or(|g| (fitted as f64 - g as f64).abs() > HYSTERESIS * g.max(1) as f64);
-        if moved {
-            s.gap = Some(fitted);
-        }
+        // No source joins holes of a GiB: past that, the number only overflows.
+        let fitted = price.gap().min(1 << 30);
+        s.gap = Some(match s.gap {
+            None => fitted,
+            // Half the way there (geometrically), and only past the hysteresis: one noisy fit
+            // moves the gap a little, a lasting one all the way in a few gathers.
+            Some(g) if (fitted as f64 - g as f64).abs() > HYSTERESIS * g.max(1) as f64 => {
+                ((g.max(1) as f64) * (fitted.max(1) as f64)).sqrt() as u64
+            }
+            Some(g) => g,
+        });
     }
 
     /// The device's price as fitted so far.
@@ -327,6 +347,57 @@ mod tests {
     }
 
     #[test]
+    fn tune_a_lone_outlier_is_left_out_and_two_in_a_row_are_taken() {
+        let t = GapTuner::new();
+        let time = |reads: f64, kib: f64| us(reads * 6.0 + kib * 0.5);
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0));
+        t.record(20_000, 20_000 * 8192, time(20_000.0, 160_000.0));
+        let (price, gap) = (t.price().unwrap(), t.gap());
+        // A stall: 4x the price, then 1/4 of it. Each alone is left out.
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0) * 4);
+        assert_eq!((t.gathers(), t.price(), t.gap()), (2, Some(price), gap), "a lone slow gather is left out");
+        t.record(25_000, 25_000 * 4096, time(25_000.0, 100_000.0));
+        assert_eq!(t.gathers(), 3, "a gather at its price is taken");
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0) / 4);
+        assert_eq!(t.gathers(), 3, "a lone fast gather is left out");
+        // Just inside the bound: taken.
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0) * 29 / 10);
+        assert_eq!(t.gathers(), 4);
+        // The device got 10x slower: the second such gather in a row is taken, and so are the next.
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0) * 10);
+        assert_eq!(t.gathers(), 4);
+        t.record(20_000, 20_000 * 8192, time(20_000.0, 160_000.0) * 10);
+        t.record(30_000, 30_000 * 2048, time(30_000.0, 60_000.0) * 10);
+        assert_eq!(t.gathers(), 6, "a lasting change is taken");
+    }
+
+    #[test]
+    fn tune_a_new_fit_moves_the_gap_half_the_way() {
+        let t = GapTuner::new();
+        t.record(30_000, 30_000 * 2048, us(30_000.0 * 6.0 + 60_000.0 * 0.5));
+        t.record(20_000, 20_000 * 8192, us(20_000.0 * 6.0 + 160_000.0 * 0.5));
+        assert_eq!(t.gap(), Some(12 << 10), "the first fit sets the gap");
+        // Reads now cost 2x: the fit calls for a larger gap, and each new fit moves the gap half
+        // the way there (geometrically).
+        let mut gap = 12u64 << 10;
+        for (reads, per_read) in [(30_000, 2048), (20_000, 8192)].repeat(4) {
+            t.record(reads, reads * per_read, us(reads as f64 * 12.0 + (reads * per_read / 1024) as f64 * 0.5));
+            let fitted = t.price().unwrap().gap().min(1 << 30);
+            let far = (fitted as f64 - gap as f64).abs() > HYSTERESIS * gap as f64;
+            let want = if far { ((gap as f64) * (fitted as f64)).sqrt() as u64 } else { gap };
+            assert_eq!(t.gap(), Some(want), "half the way from {gap} to {fitted}, past the hysteresis");
+            gap = want;
+        }
+        assert!(gap > 18 << 10, "the gap grew toward the 24 KiB the new price calls for: {gap}");
+        // A fit within the hysteresis leaves the gap alone.
+        let t = GapTuner::new();
+        t.record(30_000, 30_000 * 2048, us(30_000.0 * 6.0 + 60_000.0 * 0.5));
+        t.record(20_000, 20_000 * 8192, us(20_000.0 * 6.0 + 160_000.0 * 0.5));
+        t.record(30_000, 30_000 * 2048, us((30_000.0 * 6.0 + 60_000.0 * 0.5) * 1.02));
+        assert_eq!(t.gap(), Some(12 << 10));
+    }
+
+    #[test]
     fn tune_negative_terms_are_zero() {
         // Time grows with KiB only: reads are free, the gap is 0.
         let t = GapTuner::new();
@@ -342,7 +413,7 @@ mod tests {
         t.record(500, 4000 << 10, us(500.0 * 8.0 - 10.0));
         let p = t.price().unwrap();
         assert_eq!(p.per_kib, Duration::ZERO, "{p:?}");
-        assert_eq!(t.gap(), Some(u64::MAX));
+        assert_eq!(t.gap(), Some(1 << 30), "as far as any gap goes");
         assert_eq!(t.next(4096, 32 << 10).gap, 32 << 10, "capped at the limit");
     }
 
