@@ -45,5 +45,5 @@ mod local_fs {
         truncated_file_then_recovery, read_error_names_the_row, read_panic_names_the_row, drop_mid_flight_then_reuse,
         sink_write_error_reported, sink_dropped_flush_keeps_its_report, sink_closed_refuses_writes,
         adaptive_resident_and_missing_rows, adaptive_eviction_races_the_copy, stream_yields_every_request_once,
-        stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed);
+        stream_dropped_midway_then_reuse, stream_error_after_the_rows_that_landed, tune_learns_from_whole_gathers_only);
 }
