@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release --example uring_lanes                  # 2 GiB table under target/
 //! EAGERIO_LANES_MB=512 cargo run --release --example uring_lanes -- flags depth
+//! EAGERIO_LANES_DIR=/dev/shm cargo run --release --example uring_lanes -- gap   # on tmpfs
 //! ```
 //!
 //! Sections (all by default, or name them): `flags`, `depth`, `split`, `gap`, `wake`,
@@ -59,7 +60,11 @@ fn main() -> AnyResult<()> {
     let runs: usize = std::env::var("EAGERIO_LANES_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
-    let path = table::in_target(TABLE_DIR, mb << 20)?;
+    // EAGERIO_LANES_DIR puts the table elsewhere (say /dev/shm, a tmpfs).
+    let path = match std::env::var_os("EAGERIO_LANES_DIR") {
+        Some(dir) => table::ensure(Path::new(&dir), mb << 20)?.0,
+        None => table::in_target(TABLE_DIR, mb << 20)?,
+    };
     let n = 40_000;
     println!("table {} MiB, {n} rows per gather, median of {runs} cold runs\n", mb);
 
@@ -159,58 +164,83 @@ fn main() -> AnyResult<()> {
     Ok(())
 }
 
-/// The coalescing gap against the device: cold gathers at several `max_gap` values, interleaved
-/// (run r of every gap on the same fresh rows, then run r+1), and the device's cost per read and
-/// per byte fitted to all of them by least squares (`time = reads x per_read + bytes x
-/// per_byte`). A hole is worth reading while it costs less than another read: below
-/// `per_read / per_byte` bytes.
+/// The coalescing gap against the device: cold gathers at several pinned gaps and with the gap
+/// tuned to the device (after a few untimed gathers that teach the tuner), interleaved (run r of
+/// every table on the same fresh rows, then run r+1); the tuned gap against the best pinned one,
+/// and the price the tuner fitted. Not adaptive, so that a table on tmpfs (never evicted) is read
+/// by the lane too.
 fn gap(path: &Path, runs: usize) -> AnyResult<()> {
-    const GAPS: [u64; 5] = [0, 4096, 8192, 16384, 32768];
+    const GAPS: [u64; 6] = [0, 4096, 8192, 16384, 24576, 32768];
+    const WARMUP: u64 = 8;
     let n = 40_000;
     for row in [90u64, 4096] {
         let layout = RowLayout { base: 0, row_size: row, rows: None };
-        let tables = GAPS
-            .iter()
-            .map(|&g| UringEngine::open_rows_blocking(path, layout, UringOptions::default().max_gap(g)))
-            .collect::<Result<Vec<_>, _>>()?;
-        // Per gap: (seconds, reads, bytes read) of every run.
-        let mut samples = vec![Vec::new(); GAPS.len()];
+        let base = UringOptions::default().adaptive(false);
+        let open = |opts: UringOptions| UringEngine::open_rows_blocking(path, layout, opts);
+        let mut tables =
+            GAPS.iter().map(|&g| open(base.clone().tune_gap(false).max_gap(g))).collect::<Result<Vec<_>, _>>()?;
+        tables.push(open(base.clone())?);
+        let tuned = tables.last().expect("the tuned table");
+        for w in 0..WARMUP {
+            let ids = table::ids(1_000_003 * (w + 1) + row, n, tuned.rows());
+            eagerio::core::sys::evict(path)?;
+            futures::executor::block_on(tuned.gather(&ids)?)?;
+        }
+        // Per table: (seconds, reads, bytes read, gap) of every run.
+        let mut samples = vec![Vec::new(); tables.len()];
         for r in 0..runs {
             let ids = table::ids(r as u64 * 7919 + row, n, tables[0].rows());
             for (table, samples) in tables.iter().zip(&mut samples) {
                 let before = table.source().stats();
                 eagerio::core::sys::evict(path)?;
                 let t = Instant::now();
-                let got = futures::executor::block_on(table.gather(&ids)?)?;
+                let mut fut = table.gather(&ids)?;
+                let got = futures::executor::block_on(&mut fut)?;
                 let dt = t.elapsed();
                 table::verify_rows(&got, &ids, row)?;
                 let after = table.source().stats();
-                samples.push((dt.as_secs_f64(), after.reads - before.reads, after.bytes_read - before.bytes_read));
+                let g = fut.stats().gap;
+                samples.push((dt.as_secs_f64(), after.reads - before.reads, after.bytes_read - before.bytes_read, g));
             }
         }
-        println!("| {row} B rows, max_gap | median | reads | MiB read |\n|---:|---:|---:|---:|");
-        for (g, s) in GAPS.iter().zip(&samples) {
+        println!("| {row} B rows, gap | median | reads | MiB read |\n|---|---:|---:|---:|");
+        let mut medians = Vec::new();
+        for (i, s) in samples.iter().enumerate() {
             let mut s = s.clone();
             s.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let (secs, reads, bytes) = s[s.len() / 2];
+            let (secs, reads, bytes, _) = s[s.len() / 2];
             let d = Duration::from_secs_f64(secs);
-            println!("| {g} | {:.1} ms ({}) | {reads} | {:.1} |", ms(d), rate(n, d), bytes as f64 / (1 << 20) as f64);
+            medians.push(d);
+            let name = match GAPS.get(i) {
+                Some(g) => format!("{g} (pinned)"),
+                None => {
+                    let gaps: Vec<String> = samples[i].iter().map(|x| x.3.to_string()).collect();
+                    format!("tuned ({})", gaps.join(", "))
+                }
+            };
+            println!(
+                "| {name} | {:.1} ms ({}) | {reads} | {:.1} |",
+                ms(d),
+                rate(n, d),
+                bytes as f64 / (1 << 20) as f64
+            );
         }
-        // Least squares without intercept over every run: [rr rb; rb bb] [per_read per_byte] = [rt bt].
-        let (mut rr, mut rb, mut bb, mut rt, mut bt) = (0.0, 0.0, 0.0, 0.0, 0.0);
-        for &(t, reads, bytes) in samples.iter().flatten() {
-            let (r, b) = (reads as f64, bytes as f64);
-            (rr, rb, bb, rt, bt) = (rr + r * r, rb + r * b, bb + b * b, rt + r * t, bt + b * t);
-        }
-        let det = rr * bb - rb * rb;
-        let per_read = (rt * bb - bt * rb) / det;
-        let per_byte = (rr * bt - rb * rt) / det;
+        let (best, best_d) = GAPS.iter().zip(&medians).min_by_key(|(_, d)| **d).expect("a pinned gap");
+        let tuned_d = medians[GAPS.len()];
+        let price = tuned.source().gap_tuner().and_then(|t| t.price());
         println!(
-            "fit: {:.2} us per read + {:.3} ns per byte ({:.0} MB/s): holes below {:.1} KiB are worth reading\n",
-            per_read * 1e6,
-            per_byte * 1e9,
-            1e-6 / per_byte,
-            per_read / per_byte / 1024.0
+            "tuned: {:.2}x the best pinned gap's time ({best} B, {:.1} ms); fitted price {}\n",
+            tuned_d.as_secs_f64() / best_d.as_secs_f64(),
+            ms(*best_d),
+            price.map_or_else(
+                || "none yet".to_string(),
+                |p| format!(
+                    "{:.2} us per read + {:.3} us per KiB (gap {} B)",
+                    p.per_read.as_secs_f64() * 1e6,
+                    p.per_kib.as_secs_f64() * 1e6,
+                    p.gap()
+                )
+            )
         );
     }
     Ok(())

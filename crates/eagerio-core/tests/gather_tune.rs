@@ -104,3 +104,38 @@ fn tune_sources_of_one_local_device_share_its_tuner() {
     let _ = std::fs::remove_file(a);
     let _ = std::fs::remove_file(b);
 }
+
+#[test]
+fn tune_each_gather_is_planned_with_the_gap_it_reports() {
+    let f = file();
+    let tuner = Arc::new(GapTuner::new());
+    let s = source(&f, "planned.bin").with_gap_tuner(tuner, 1024, 64 << 10);
+    // Ranges of 90 B with a 2 KiB hole between the two of each pair: the first gather probes at
+    // 4 KiB and joins each pair, the second plans at the 1 KiB start and joins none.
+    let pairs: Vec<std::ops::Range<u64>> = (0..64u64)
+        .flat_map(|i| [i * (1 << 20)..i * (1 << 20) + 90, i * (1 << 20) + 2138..i * (1 << 20) + 2228])
+        .collect();
+    let probe = s.gather_ranges(&pairs).unwrap();
+    let start = s.gather_ranges(&pairs).unwrap();
+    let (p, q) = (probe.stats(), start.stats());
+    block_on(probe).unwrap();
+    block_on(start).unwrap();
+    assert_eq!((p.gap, q.gap), (4096, 1024));
+    assert_eq!((q.reads_issued, q.bytes_read), (128, 128 * 90), "1 KiB: every range its own read");
+    assert_eq!((p.reads_issued, p.bytes_read), (64, 64 * 2228), "4 KiB: each pair one read, hole and all");
+}
+
+#[test]
+fn tune_a_local_source_caps_its_tuned_gap_at_the_default_limit() {
+    let path = std::env::temp_dir().join(format!("eagerio-tune-cap-{}", std::process::id()));
+    std::fs::write(&path, b"x").unwrap();
+    // A tuner of the process's own device, taught that a KiB costs nothing: the price calls for
+    // joining any hole, and the source's default limit caps it.
+    let s = source(&file(), path.to_str().unwrap());
+    let t = s.gap_tuner().expect("a local file is tuned");
+    t.record(1000, 1000 << 10, std::time::Duration::from_micros(8030));
+    t.record(500, 4000 << 10, std::time::Duration::from_micros(3990));
+    assert_eq!(s.plan_options().max_gap, DEFAULT_GAP_LIMIT);
+    assert_eq!(DEFAULT_GAP_LIMIT, 32 << 10);
+    let _ = std::fs::remove_file(path);
+}
