@@ -161,8 +161,7 @@ impl Residency {
     /// The `mmap` error (for example `ENODEV` on filesystems that cannot map).
     pub fn map(file: &File, len: u64) -> io::Result<Residency> {
         let file = file.try_clone()?;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+        let page = crate::sys::page_size() as u64;
         let len = len.max(1) as usize;
         // SAFETY: a fresh read-only shared mapping of a file we hold open; checked below.
         let base =

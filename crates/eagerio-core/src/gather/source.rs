@@ -44,6 +44,10 @@ pub struct Source<E> {
 /// The default gap: two extents closer than this are read as one. A tuned gap starts here.
 pub const DEFAULT_MAX_GAP: u64 = 4096;
 
+/// Outputs of at least this many bytes, planned on a preparing thread, are faulted in there
+/// while the engine reads (see `Start::run`).
+const POPULATE_MIN: u64 = 4 * 1024 * 1024;
+
 /// The default bound on a tuned gap (see [`Source::with_tuned_gap`]).
 pub const DEFAULT_GAP_LIMIT: u64 = 32 << 10;
 
@@ -375,6 +379,12 @@ impl Start {
         let span = tracing::debug_span!(parent: &self.span, "gather", path = %self.path.display(), rows = requests.len(),
             extents = plan.extents().len(), bytes = plan.out_len(), resident);
         let (path, stats, elsewhere, streamed) = (self.path, self.stats, self.elsewhere, self.streamed);
+        // On a preparing thread, a large output left for the engine is faulted in here while
+        // the reads run, so that the engine's copies into it take no page fault (on an io_uring
+        // lane they cost twice the copy itself). The job cannot settle, and so its output cannot
+        // leave it, while this thread holds a party.
+        let populate = (elsewhere && done < plan.extents().len() && plan.out_len() >= POPULATE_MIN)
+            .then(|| (out.as_mut_ptr(), out.capacity()));
         let new = NewJob {
             plan,
             requests,
@@ -392,7 +402,18 @@ impl Start {
             span,
             tuning: self.tuning,
         };
-        Ok(GatherJob::launch(new, submit))
+        let mut held = None;
+        let job = GatherJob::launch(new, |h| {
+            if populate.is_some() {
+                held = Some(h.clone());
+            }
+            submit(h);
+        });
+        if let (Some((ptr, len)), Some(party)) = (populate, held) {
+            crate::sys::populate_write(ptr, len);
+            drop(party);
+        }
+        Ok(job)
     }
 
     /// Makes `out` empty with room for `len` bytes.
