@@ -1,7 +1,7 @@
 //! `eagerio`: what eagerio would do on your file, and how fast it is there.
 //!
 //! ```text
-//! eagerio probe FILE                                   filesystem, device, O_DIRECT, io_uring, memlock, the choice
+//! eagerio probe FILE                                   filesystem, device, O_DIRECT, io_uring, memlock, the choice, the price
 //! eagerio bench FILE --row-size N [--rows K] [--runs R] [--svg OUT.svg]
 //! eagerio gather FILE --row-size N [--hex] ROW...      rows to stdout, raw or hex
 //! ```
@@ -24,8 +24,9 @@ usage:
   eagerio gather FILE --row-size N [--hex] ROW...
 
   probe   the file's filesystem and device, O_DIRECT alignment (STATX_DIOALIGN), whether
-          io_uring is available and registered staging fits RLIMIT_MEMLOCK, and the backend,
-          depth and gap eagerio picks for it
+          io_uring is available and registered staging fits RLIMIT_MEMLOCK, the backend, depth
+          and starting gap eagerio picks for it, and the price per read and per KiB it fits
+          from 9 cold gathers of the file (the tuned gap follows from it)
   bench   eagerio against mmap and a serial pread loop on K random rows (default 10000) of
           N bytes, cold (evicted before every run) and warm (cached first), R runs each
           (default 3, interleaved); --svg writes a chart

@@ -29,7 +29,7 @@ fn cli_probe_reports_each_finding() {
     let file = table(dir.path());
     let (code, out, err) = eagerio(&["probe", &file]);
     assert_eq!(code, 0, "{err}");
-    for line in ["filesystem ", "device ", "O_DIRECT ", "memlock ", "io_uring ", "choice "] {
+    for line in ["filesystem ", "device ", "O_DIRECT ", "memlock ", "io_uring ", "choice ", "price "] {
         assert!(out.contains(line), "no {line:?} line in:\n{out}");
     }
     assert!(out.contains(&format!("({} bytes)", ROW * ROWS)), "{out}");
