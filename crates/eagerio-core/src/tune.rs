@@ -10,7 +10,8 @@
 //! piece copied from the page cache) and whole (not failed, dropped or timed out) adds its reads,
 //! KiB and wait to a least-squares fit of `wait = per_read x reads + per_kib x KiB`, older
 //! gathers weighted down by [`DECAY`] per gather. Gathers planned at one gap cannot tell the two
-//! terms apart (their KiB per read stay alike), so while the fit cannot, every other gather is a
+//! terms apart (their KiB per read stay alike), so while the fit cannot, every other gather that
+//! could teach it (of [`MIN_FIT_READS`] requests or more; smaller ones never probe) is a
 //! *probe*, planned at a gap 4x the current one (or a quarter of it at the source's limit). The
 //! first fit usually comes after two such gathers; the gap then moves only when a fit calls for
 //! one more than [`HYSTERESIS`] away from the gap in use, so noise does not make it oscillate.
@@ -189,6 +190,13 @@ impl GapTuner {
         let up = gap.max(1024).saturating_mul(4).min(limit);
         let probe = if up > gap { up } else { gap / 4 };
         Planned { gap: probe, probe: probe != gap, price }
+    }
+
+    /// The gap for a gather too small to teach the tuner: the one in use (or `start`) within
+    /// `limit`, never a probe, and no probe's turn taken.
+    pub fn settled(&self, start: u64, limit: u64) -> Planned {
+        let s = self.state();
+        Planned { gap: s.gap.unwrap_or(start).min(limit), probe: false, price: s.price }
     }
 
     /// Adds a finished gather of `reads` reads and `bytes` bytes that waited `wait` for them.

@@ -187,13 +187,19 @@ impl<E: ReadEngine> Source<E> {
     }
 
     /// The next gather's plan options, and how its gap was chosen: the tuner's pick (which may
-    /// be a probe) for a tuned source.
-    fn next_plan(&self) -> (PlanOptions, Tuning) {
+    /// be a probe) for a tuned source. A gather of fewer requests than a fit needs reads
+    /// ([`MIN_FIT_READS`](crate::tune::MIN_FIT_READS)) cannot teach the tuner, so it never
+    /// probes.
+    fn next_plan(&self, requests: usize) -> (PlanOptions, Tuning) {
         let (Some((tuner, limit)), None) = (&self.tuned, self.engine.max_gap()) else {
             let opts = self.plan_options();
             return (opts, Tuning { gap: opts.max_gap, ..Tuning::default() });
         };
-        let p = tuner.next(self.opts.max_gap, *limit);
+        let p = if (requests as u64) < crate::tune::MIN_FIT_READS {
+            tuner.settled(self.opts.max_gap, *limit)
+        } else {
+            tuner.next(self.opts.max_gap, *limit)
+        };
         let tuning = Tuning { gap: p.gap, price: p.price, tuner: Some(tuner.clone()) };
         (PlanOptions { max_gap: p.gap, ..self.opts }, tuning)
     }
@@ -293,7 +299,7 @@ impl<E: ReadEngine> Source<E> {
     /// `streamed` job keeps account of the requests as they land.
     fn start(&self, requests: Vec<(u64, u64)>, targets: Targets, out: BytesMut, streamed: bool) -> Result<Started> {
         let started = Instant::now();
-        let (opts, tuning) = self.next_plan();
+        let (opts, tuning) = self.next_plan(requests.len());
         let start = Start {
             opts,
             tuning,
