@@ -342,7 +342,8 @@ pub async fn stream_dropped_midway_then_reuse<B: Backend>(b: &B) {
 
 /// A streamed gather that fails (a file cut under it: a row past the cut is a short read)
 /// yields only right rows, never the failed one, then the error naming that row, once, then
-/// the end; the source serves the next gather.
+/// the end; likewise a large one of ranges, the error naming the range by its place in the
+/// call; the source serves the next gather.
 pub async fn stream_error_after_the_rows_that_landed<B: Backend>(b: &B) {
     let mut rng = StdRng::seed_from_u64(seed());
     let row = 5000u64;
@@ -360,6 +361,28 @@ pub async fn stream_error_after_the_rows_that_landed<B: Backend>(b: &B) {
     match err {
         Some(Error::ShortRead { target: Target::Row(350), .. }) => {}
         other => panic!("expected a short read of row 350, got {other:?}"),
+    }
+    // Ranges, enough for a stream of more than one job (see `prepare::STREAM_HEAD`): the error
+    // names the failed range by its place in the call.
+    let n = crate::prepare::PREPARE_ELSEWHERE + 2 * crate::prepare::STREAM_HEAD;
+    let bad = n - 5;
+    let ranges: Vec<_> = (0..n as u64)
+        .map(|k| {
+            if k as usize == bad {
+                row * 350..row * 350 + 100
+            } else {
+                k * 499 % (row * 299)..k * 499 % (row * 299) + 100
+            }
+        })
+        .collect();
+    let (got, err) = drain_stream(table.source().gather_ranges_stream(&ranges).unwrap(), n).await;
+    assert!(got[bad].is_none(), "the range past the cut was yielded");
+    for (r, g) in ranges.iter().zip(&got).filter_map(|(r, g)| Some((r, g.as_ref()?))) {
+        assert_eq!(&g[..], &file[r.start as usize..r.end as usize]);
+    }
+    match err {
+        Some(Error::ShortRead { target: Target::Range(i), .. }) if i == bad => {}
+        other => panic!("expected a short read of range #{bad}, got {other:?}"),
     }
     let got = table.gather(&[3, 299, 7]).unwrap().await.unwrap();
     assert_eq!(&got[..], &reference_rows(&file, row as usize, &[3, 299, 7])[..]);

@@ -22,6 +22,14 @@
 /// them over (about 100 µs at this size).
 pub const PREPARE_ELSEWHERE: usize = 2048;
 
+/// Requests at the head of a large streamed gather ([`GatherStream`](crate::GatherStream)) that
+/// are planned and submitted in the call, as a job of their own, while a preparing thread plans
+/// the rest: their rows land after about one read's latency instead of after the whole plan.
+/// Planning them costs the call about 20 µs; they are fewer than a gap fit takes
+/// ([`MIN_FIT_READS`](crate::tune::MIN_FIT_READS)), so they never probe the device's price.
+/// A stream of fewer than `PREPARE_ELSEWHERE + STREAM_HEAD` requests is one job.
+pub const STREAM_HEAD: usize = 192;
+
 /// One gather's preparation.
 pub(crate) type Work = Box<dyn FnOnce() + Send + 'static>;
 

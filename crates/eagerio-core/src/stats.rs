@@ -41,6 +41,32 @@ pub struct GatherStats {
     pub price: Option<crate::tune::DevicePrice>,
 }
 
+impl GatherStats {
+    /// One gather's counters over two of its jobs, `self` started first (a large streamed
+    /// gather's head and the rest): counts add up; `submit` runs until the last job's reads
+    /// were handed off and `wait` until the last read settled (zero while either runs); the gap
+    /// and price are the later job's.
+    pub(crate) fn joined(self, later: GatherStats) -> GatherStats {
+        let submit = self.submit.max(later.submit);
+        let running = self.wait.is_zero() || later.wait.is_zero();
+        let settled = (self.submit + self.wait).max(later.submit + later.wait);
+        GatherStats {
+            requested: self.requested + later.requested,
+            unique: self.unique + later.unique,
+            resident: self.resident + later.resident,
+            resident_faults: self.resident_faults + later.resident_faults,
+            reads_planned: self.reads_planned + later.reads_planned,
+            reads_issued: self.reads_issued + later.reads_issued,
+            bytes_read: self.bytes_read + later.bytes_read,
+            useful_bytes: self.useful_bytes + later.useful_bytes,
+            submit,
+            wait: if running { Duration::ZERO } else { settled - submit },
+            gap: later.gap,
+            price: later.price.or(self.price),
+        }
+    }
+}
+
 /// Totals over every gather of one source, and its latency histograms. All counters are
 /// monotonic.
 #[derive(Debug, Default)]
@@ -63,7 +89,7 @@ pub struct SourceStats {
 /// A snapshot of [`SourceStats`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SourceTotals {
-    /// Gathers settled.
+    /// Gathers settled (a large streamed gather counts as two: its head and the rest).
     pub gathers: u64,
     /// Of which failed.
     pub failed: u64,

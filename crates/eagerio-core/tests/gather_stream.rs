@@ -195,3 +195,62 @@ fn stream_dropped_stops_the_reads_not_yet_issued() {
     engine.join();
     assert_eq!(engine.read.load(Ordering::SeqCst), 2, "a read was issued after the stream was dropped");
 }
+
+/// A large streamed gather: `n` distinct rows, far apart (one extent each).
+fn large(n: u64) -> Vec<u64> {
+    (0..n).map(|i| i * 17 % ROWS).collect()
+}
+
+#[test]
+fn stream_large_submits_its_head_in_the_call() {
+    use eagerio_core::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
+    let engine = GatedEngine::new();
+    let table = table(&engine);
+    let rows = large((PREPARE_ELSEWHERE + STREAM_HEAD) as u64);
+    let mut stream = table.gather_stream(&rows).unwrap();
+    // Before any poll: the head was planned and handed to the engine by the call; the rest is
+    // still with the preparing thread (its counters come once the stream takes its job).
+    let head = stream.stats();
+    assert_eq!((head.requested, head.reads_planned), (STREAM_HEAD as u64, STREAM_HEAD as u64), "{head:?}");
+    engine.open();
+    let got = rest(&mut stream);
+    assert_eq!(got.len(), rows.len(), "every row comes once");
+    let mut seen = vec![false; rows.len()];
+    for item in got {
+        let (i, bytes) = item.expect("no error");
+        assert!(!std::mem::replace(&mut seen[i], true), "row {i} came twice");
+        assert_eq!(&bytes[..], engine.row(rows[i]), "request {i}");
+    }
+    let all = stream.stats();
+    assert_eq!((all.requested, all.reads_issued), (rows.len() as u64, rows.len() as u64), "{all:?}");
+    assert!(all.wait > Duration::ZERO && all.submit >= head.submit, "{all:?}");
+    engine.join();
+}
+
+#[test]
+fn stream_large_deadline_counts_every_request_not_yielded() {
+    use eagerio_core::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
+    let engine = GatedEngine::new();
+    let table = table(&engine).with_timeout(Duration::from_millis(300));
+    let rows = large((PREPARE_ELSEWHERE + 2 * STREAM_HEAD) as u64);
+    let mut stream = table.gather_stream(&rows).unwrap();
+    let mut yielded = 0;
+    let err = loop {
+        match block_on(stream.next()) {
+            Some(Ok(_)) => yielded += 1,
+            Some(Err(e)) => break e,
+            None => panic!("the stream ended without its deadline's error"),
+        }
+    };
+    // Each job reads its first extent at once and holds the others.
+    assert!(yielded <= 2, "{yielded} rows came while the reads were held");
+    match err {
+        Error::TimedOut { unread, requested, .. } => {
+            assert_eq!((unread, requested), (rows.len() as u64 - yielded, rows.len() as u64));
+        }
+        e => panic!("expected a timeout, got {e}"),
+    }
+    assert!(block_on(stream.next()).is_none(), "nothing after the error");
+    engine.open();
+    engine.join();
+}

@@ -50,6 +50,14 @@ impl Targets {
             Targets::Ranges => "ranges",
         }
     }
+
+    /// The targets of the requests from `at` on, leaving those before it.
+    pub(super) fn split_off(&mut self, at: usize) -> Targets {
+        match self {
+            Targets::Rows(rows) => Targets::Rows(rows.split_off(at)),
+            Targets::Ranges => Targets::Ranges,
+        }
+    }
 }
 
 #[derive(Clone, Copy)]

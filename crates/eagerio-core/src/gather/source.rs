@@ -257,8 +257,27 @@ impl<E: ReadEngine> Source<E> {
     /// # Errors
     /// As [`gather_ranges`](Self::gather_ranges), before any I/O.
     pub fn gather_ranges_stream(&self, ranges: &[Range<u64>]) -> Result<GatherStream> {
-        let started = self.start(self.range_requests(ranges)?, Targets::Ranges, BytesMut::new(), true)?;
-        Ok(GatherStream::new(started))
+        self.stream(self.range_requests(ranges)?, Targets::Ranges)
+    }
+
+    /// Starts a streamed gather of `requests`. A large one on an engine that takes jobs from any
+    /// thread runs as two jobs: its first [`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests planned and submitted in the
+    /// call, so that they land while a preparing thread plans the rest (milliseconds for tens of
+    /// thousands of requests); the rest, started as any large gather. Every request is checked
+    /// before either starts.
+    fn stream(&self, mut requests: Vec<(u64, u64)>, mut targets: Targets) -> Result<GatherStream> {
+        let n = requests.len();
+        use crate::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
+        if n < PREPARE_ELSEWHERE + STREAM_HEAD || self.engine.remote().is_none() {
+            return Ok(GatherStream::new(0, self.start(requests, targets, BytesMut::new(), true)?, n));
+        }
+        Plan::check(&requests, &self.opts)?;
+        let rest = requests.split_off(STREAM_HEAD);
+        let rest_targets = targets.split_off(STREAM_HEAD);
+        let mut stream = GatherStream::new(0, self.start(requests, targets, BytesMut::new(), true)?, n);
+        // Should the rest fail to start, dropping `stream` cancels the head.
+        stream.then(STREAM_HEAD, self.start(rest, rest_targets, BytesMut::new(), true)?);
+        Ok(stream)
     }
 
     /// The `(offset, len)` requests of `ranges`, each checked against the file.
@@ -597,8 +616,7 @@ impl<E: ReadEngine> RowTable<E> {
     /// # Ok(()) }
     /// ```
     pub fn gather_stream(&self, rows: &[u64]) -> Result<GatherStream> {
-        let requests = self.row_requests(rows)?;
-        Ok(GatherStream::new(self.source.start(requests, Targets::Rows(rows.to_vec()), BytesMut::new(), true)?))
+        self.source.stream(self.row_requests(rows)?, Targets::Rows(rows.to_vec()))
     }
 
     /// The `(offset, len)` requests of `rows`, each checked against the row count.

@@ -1,12 +1,15 @@
 //! A gather as a stream: [`GatherStream`] yields each request's bytes, with its index, as soon as
 //! every read it needs has landed, instead of all of them in request order at the end.
 //!
-//! It is the same gather as a [`GatherFuture`](super::GatherFuture)'s, on the same plan, started
-//! the same way (in the call, or by a preparing thread for a large one); its job only also keeps
-//! account of which requests have every byte in the output (`super::landing`), and the stream
-//! copies each out as it is yielded. Dropping it ends the job as dropping a future does; the
-//! ledger keeps every buffer a read still owns, so nothing here frees or reuses one. This file
-//! touches the job only through the ledger's crate-private API.
+//! It is the same gather as a [`GatherFuture`](super::GatherFuture)'s, started the same way (in
+//! the call, or by a preparing thread for a large one); its job only also keeps account of which
+//! requests have every byte in the output (`super::landing`), and the stream copies each out as
+//! it is yielded. A large one is two jobs, so that its first rows do not wait for the whole plan:
+//! its head ([`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests), planned and submitted in the
+//! call, and the rest, prepared elsewhere; the stream polls both and names each request by its
+//! place in the call. Dropping it ends its jobs as dropping a future does; the ledger keeps every
+//! buffer a read still owns, so nothing here frees or reuses one. This file touches the jobs
+//! only through the ledger's crate-private API.
 
 use std::{
     fmt,
@@ -20,7 +23,7 @@ use std::{
 use bytes::Bytes;
 
 use crate::deadline::Expire;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Target};
 use crate::loom::{lock, Arc, Ordering};
 use crate::stats::GatherStats;
 
@@ -33,9 +36,11 @@ use super::ledger::{Ending, GatherJob};
 /// fails, the requests that landed and then the error, once, then `None`.
 ///
 /// The reads were submitted by the call that made it ([`RowTable::gather_stream`],
-/// [`Source::gather_ranges_stream`]), or are being submitted by a preparing thread for a large
-/// gather; polling only waits, and copies each request's bytes out of the gather's output (the
-/// one cost a [`GatherFuture`](super::GatherFuture) does not have: a `memcpy` of the bytes).
+/// [`Source::gather_ranges_stream`]); for a large gather, the call submits the first
+/// [`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests' reads and a preparing thread plans and
+/// submits the rest's at once (a request asked for in both parts is read by each). Polling only
+/// waits, and copies each request's bytes out of the gather's output (the one cost a
+/// [`GatherFuture`](super::GatherFuture) does not have: a `memcpy` of the bytes).
 ///
 /// Dropping it cancels what is left to read, as dropping a gather future does; reads already in
 /// flight keep their buffers until they complete, and the source stays fully usable.
@@ -52,32 +57,44 @@ use super::ledger::{Ending, GatherJob};
 /// [`Source::gather_ranges_stream`]: super::Source::gather_ranges_stream
 #[must_use = "the reads run anyway; dropping the stream discards their result"]
 pub struct GatherStream {
+    /// The gather's jobs in request order: one, or for a large gather its head (started in the
+    /// call) and the rest (see [`Source::gather_ranges_stream`](super::Source::gather_ranges_stream)).
+    parts: Vec<Part>,
+    /// Requests yielded so far, and in all.
+    yielded: u64,
+    requested: u64,
+    /// Every request, or the error, was yielded.
+    ended: bool,
+}
+
+/// One job of a streamed gather: its requests start at `first` in the call.
+struct Part {
     state: State,
+    first: usize,
     /// The job's counters as it ended, kept once it is gone.
     settled: GatherStats,
 }
 
-/// Where a [`GatherStream`] stands.
+/// Where a [`Part`] stands.
 enum State {
     /// Being prepared on another thread; the job arrives in its slot.
     Preparing(StdArc<Preparing>),
     /// The job runs (or has settled with requests still to yield), under this deadline.
     Job(Arc<GatherJob>, Armed),
-    /// Every request and the outcome were yielded.
+    /// Every request and the outcome were yielded, or the job was cancelled.
     Ended,
 }
 
 impl GatherStream {
-    /// The stream of a gather the call `started`.
-    pub(super) fn new(started: Started) -> GatherStream {
-        let state = match started {
-            Started::Job(job, deadline) => {
-                let armed = deadline.and_then(|at| arm(&job, at));
-                State::Job(job, armed)
-            }
-            Started::Preparing(p) => State::Preparing(p),
-        };
-        GatherStream { state, settled: GatherStats::default() }
+    /// The stream of a gather of `requested` requests, whose requests from `first` on are the
+    /// job the call `started`.
+    pub(super) fn new(first: usize, started: Started, requested: usize) -> GatherStream {
+        GatherStream { parts: vec![Part::new(first, started)], yielded: 0, requested: requested as u64, ended: false }
+    }
+
+    /// Adds the job that serves the requests from `first` on (after those of the jobs before).
+    pub(super) fn then(&mut self, first: usize, started: Started) {
+        self.parts.push(Part::new(first, started));
     }
 
     /// The next request to land, as `(index, bytes)`; `None` once every request and the outcome
@@ -89,6 +106,73 @@ impl GatherStream {
     /// [`next`](Self::next) as a poll: `Ready(Some(..))` for a request that landed or the
     /// gather's error, `Ready(None)` at the end, `Pending` (the waker kept) while reads run.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(usize, Bytes)>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let mut running = false;
+        for k in 0..self.parts.len() {
+            let first = self.parts[k].first;
+            match self.parts[k].poll_next(cx) {
+                Poll::Ready(Some(Ok((i, bytes)))) => {
+                    self.yielded += 1;
+                    return Poll::Ready(Some(Ok((first + i, bytes))));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    // The first error ends the gather: what the other jobs have left to read is
+                    // cancelled, as if the stream were dropped.
+                    self.parts.iter_mut().for_each(|p| p.cancel(Ending::DROPPED));
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(self.in_call(e, first))));
+                }
+                Poll::Ready(None) => {}
+                Poll::Pending => running = true,
+            }
+        }
+        if running {
+            return Poll::Pending;
+        }
+        self.ended = true;
+        Poll::Ready(None)
+    }
+
+    /// A job's error as the whole gather's: a range named by its place in the job named by its
+    /// place in the call, and a deadline counting every request not yielded.
+    fn in_call(&self, mut e: Error, first: usize) -> Error {
+        match &mut e {
+            Error::ShortRead { target: Target::Range(i), .. }
+            | Error::Io { target: Some(Target::Range(i)), .. }
+            | Error::Panicked { target: Some(Target::Range(i)), .. } => *i += first,
+            Error::TimedOut { unread, requested, .. } => {
+                *unread = self.requested - self.yielded;
+                *requested = self.requested;
+            }
+            _ => {}
+        }
+        e
+    }
+
+    /// The gather's counters so far, over all its jobs (final once the stream has ended; zero
+    /// for a job still being prepared).
+    pub fn stats(&self) -> GatherStats {
+        self.parts.iter().map(Part::stats).reduce(GatherStats::joined).unwrap_or_default()
+    }
+}
+
+impl Part {
+    fn new(first: usize, started: Started) -> Part {
+        let state = match started {
+            Started::Job(job, deadline) => {
+                let armed = deadline.and_then(|at| arm(&job, at));
+                State::Job(job, armed)
+            }
+            Started::Preparing(p) => State::Preparing(p),
+        };
+        Part { state, first, settled: GatherStats::default() }
+    }
+
+    /// The job's next landed request (its index in the job) or its error, as
+    /// [`GatherStream::poll_next`].
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(usize, Bytes)>>> {
         if let State::Preparing(p) = &self.state {
             let p = p.clone();
             match p.take(Some(cx.waker()), None) {
@@ -127,7 +211,7 @@ impl GatherStream {
         self.end(failure)
     }
 
-    /// Ends the stream: yields `failure` if there is one, else the end.
+    /// Ends the job's part: yields `failure` if there is one, else the end.
     fn end(&mut self, failure: Option<Error>) -> Poll<Option<Result<(usize, Bytes)>>> {
         if let State::Job(job, armed) = std::mem::replace(&mut self.state, State::Ended) {
             self.settled = job.stats();
@@ -136,9 +220,20 @@ impl GatherStream {
         Poll::Ready(failure.map(Err))
     }
 
-    /// The gather's counters so far (final once the stream has ended; all zero while it is being
-    /// prepared).
-    pub fn stats(&self) -> GatherStats {
+    /// Ends the job `how` (dropped, or cancelled by another job's error): what is left to read
+    /// is cancelled; reads in flight keep their buffers until they complete.
+    fn cancel(&mut self, how: u8) {
+        match std::mem::replace(&mut self.state, State::Ended) {
+            State::Job(job, armed) => {
+                self.settled = job.stats();
+                drop_job(&job, armed, how);
+            }
+            State::Preparing(p) => p.abandon(how),
+            State::Ended => {}
+        }
+    }
+
+    fn stats(&self) -> GatherStats {
         match &self.state {
             State::Job(job, _) => job.stats(),
             State::Preparing(_) | State::Ended => self.settled,
@@ -156,27 +251,24 @@ impl futures::Stream for GatherStream {
 
 impl futures::stream::FusedStream for GatherStream {
     fn is_terminated(&self) -> bool {
-        matches!(self.state, State::Ended)
+        self.ended
     }
 }
 
 impl fmt::Debug for GatherStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match &self.state {
+        let state = |p: &Part| match p.state {
             State::Preparing(_) => "preparing",
             State::Job(..) => "running",
             State::Ended => "ended",
         };
-        f.debug_struct("GatherStream").field("state", &state).finish()
+        let jobs: Vec<_> = self.parts.iter().map(state).collect();
+        f.debug_struct("GatherStream").field("jobs", &jobs).field("yielded", &self.yielded).finish()
     }
 }
 
-impl Drop for GatherStream {
+impl Drop for Part {
     fn drop(&mut self) {
-        match std::mem::replace(&mut self.state, State::Ended) {
-            State::Job(job, armed) => drop_job(&job, armed, Ending::DROPPED),
-            State::Preparing(p) => p.abandon(Ending::DROPPED),
-            State::Ended => {}
-        }
+        self.cancel(Ending::DROPPED);
     }
 }
