@@ -409,4 +409,31 @@ mod tests {
         assert_eq!(s.buckets().map(|(_, c)| c).sum::<u64>(), 100);
         assert!(s.to_string().starts_with("n=100 p50<="), "{s}");
     }
+
+    #[test]
+    fn gather_stats_joined_over_two_jobs() {
+        let ms = Duration::from_millis;
+        let job = |k: u64, submit, wait| GatherStats {
+            requested: k,
+            unique: 2 * k,
+            resident: 3 * k,
+            resident_faults: 4 * k,
+            reads_planned: 5 * k,
+            reads_issued: 6 * k,
+            bytes_read: 7 * k,
+            useful_bytes: 8 * k,
+            submit,
+            wait,
+            gap: k,
+            price: None,
+        };
+        // The head handed off at 1 ms and settled at 5; the rest handed off at 3 and settled at 9.
+        let both = job(1, ms(1), ms(4)).joined(job(10, ms(3), ms(6)));
+        assert_eq!(both, GatherStats { submit: ms(3), wait: ms(6), gap: 10, ..job(11, ms(0), ms(0)) });
+        // The head settling last still ends the wait.
+        assert_eq!(job(1, ms(1), ms(20)).joined(job(10, ms(3), ms(6))).wait, ms(18));
+        // Either still running: no wait yet.
+        assert_eq!(job(1, ms(1), ms(4)).joined(job(10, ms(3), Duration::ZERO)).wait, Duration::ZERO);
+        assert_eq!(job(1, ms(1), Duration::ZERO).joined(job(10, ms(3), ms(6))).wait, Duration::ZERO);
+    }
 }

@@ -206,6 +206,10 @@ fn stream_large_submits_its_head_in_the_call() {
     use eagerio_core::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
     let engine = GatedEngine::new();
     let table = table(&engine);
+    // One request fewer is one job, prepared elsewhere whole: nothing is planned in the call.
+    let one = table.gather_stream(&large((PREPARE_ELSEWHERE + STREAM_HEAD - 1) as u64)).unwrap();
+    assert_eq!(one.stats().requested, 0, "{:?}", one.stats());
+    drop(one);
     let rows = large((PREPARE_ELSEWHERE + STREAM_HEAD) as u64);
     let mut stream = table.gather_stream(&rows).unwrap();
     // Before any poll: the head was planned and handed to the engine by the call; the rest is
