@@ -47,6 +47,10 @@ struct Kernel {
     run_cancels: bool,
     /// The `wait` argument of each `submit_and_wait`.
     waits: Vec<bool>,
+    /// Reads pushed so far (`read_lens.len()`) at each `submit_and_wait`.
+    pushed_at_submit: Vec<usize>,
+    /// The offset of every read pushed, in order.
+    read_offsets: Vec<u64>,
     /// Errors for the next `submit_and_wait` calls to return, in order (errnos).
     wait_errors: std::collections::VecDeque<i32>,
     /// Pushes to refuse (a full submission queue); the submit that follows a refusal fails
@@ -139,6 +143,7 @@ impl Ring for HeldRing {
                 let mut k = lock(&self.kernel);
                 k.reads.push((tag, ptr, len, offset));
                 k.read_lens.push(len);
+                k.read_offsets.push(offset);
                 k.hold();
             }
             Sqe::Write { tag, len, .. } => {
@@ -165,6 +170,8 @@ impl Ring for HeldRing {
     fn submit_and_wait(&mut self, wait: bool) -> io::Result<()> {
         let mut k = lock(&self.kernel);
         k.waits.push(wait);
+        let pushed = k.read_lens.len();
+        k.pushed_at_submit.push(pushed);
         if std::mem::take(&mut k.ring_gone) {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
@@ -394,6 +401,31 @@ fn lane_core_shares_the_window_between_gathers() {
 
     rig.finish(big, &big_ranges);
     assert_eq!((rig.lane.in_flight(), big_file.leased(), rig.inbox.load()), (0, 0, 0));
+}
+
+/// A gather's first read goes to the kernel alone, before the rest of the window is pushed (a
+/// device handed a burst may answer none of it until it has served many); so does a second
+/// gather's that arrives while the first has reads in flight.
+#[test]
+fn lane_core_a_gathers_first_read_goes_alone() {
+    let mut rig = Rig::new(8, 40);
+    let file = lane_file(None);
+    let (first, first_ranges) = rig.gather(0..20, &file);
+    rig.lane.turn(false).unwrap();
+    assert_eq!(lock(&rig.kernel).pushed_at_submit, vec![1, 8], "the first read alone, then the window");
+    rig.complete(0..4);
+    let (second, second_ranges) = rig.gather(20..40, &file);
+    let before = lock(&rig.kernel).pushed_at_submit.len();
+    rig.lane.turn(false).unwrap();
+    let k = lock(&rig.kernel);
+    let submits = &k.pushed_at_submit[before..];
+    // The turn pushes the first gather's refills and the second's reads; the first of the
+    // second's is submitted alone: some submit comes right after its first read was pushed.
+    let second_reads = |n: usize| k.read_offsets[..n].iter().filter(|&&o| o >= 20 * STRIDE).count();
+    assert!(submits.iter().any(|&n| second_reads(n) == 1), "{submits:?}");
+    drop(k);
+    rig.finish(first, &first_ranges);
+    rig.finish(second, &second_ranges);
 }
 
 /// A closed lane whose gather waits for staging slots held elsewhere (the pool is shared) is
@@ -699,7 +731,8 @@ fn lane_core_close_finishes_the_work_it_holds() {
     let file = lane_file(None);
     let (fut, ranges) = rig.gather(0..20, &file);
     assert!(rig.lane.turn(true).unwrap());
-    assert_eq!(lock(&rig.kernel).waits, [true], "reads in flight: the turn may wait");
+    // The gather's first read went to the kernel alone, without waiting.
+    assert_eq!(lock(&rig.kernel).waits, [false, true], "reads in flight: the turn may wait");
     rig.inbox.close();
     for turn in 0.. {
         assert!(turn < 50, "the gather never settles after close");
