@@ -261,13 +261,13 @@ impl<E: ReadEngine> Source<E> {
     }
 
     /// Starts a streamed gather of `requests`. A large one on an engine that takes jobs from any
-    /// thread runs as two jobs: its first [`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests planned and submitted in the
-    /// call, so that they land while a preparing thread plans the rest (milliseconds for tens of
-    /// thousands of requests); the rest, started as any large gather. Every request is checked
-    /// before either starts.
+    /// thread runs as two jobs: its first [`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests
+    /// planned and submitted in the call, so that they land while a preparing thread plans the
+    /// rest (milliseconds for tens of thousands of requests); the rest, started as any large
+    /// gather. Every request is checked before either starts.
     fn stream(&self, mut requests: Vec<(u64, u64)>, mut targets: Targets) -> Result<GatherStream> {
-        let n = requests.len();
         use crate::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
+        let n = requests.len();
         if n < PREPARE_ELSEWHERE + STREAM_HEAD || self.engine.remote().is_none() {
             return Ok(GatherStream::new(0, self.start(requests, targets, BytesMut::new(), true)?, n));
         }

@@ -48,8 +48,9 @@
 //! # Failures
 //! The first failure poisons the writer: an encoder's error or panic, the splicer's, a failed
 //! sink write (seen when its append completes), a failed `fdatasync`. Every later call returns it
-//! ([`WriterFailed`], with the cause as its source). `close` waits for the sink's writes to finish
-//! before it returns a failure, and never retries a failed `fdatasync` into an `Ok`.
+//! ([`WriterFailed`], with the cause as its source). `write` and `close` wait for the sink's
+//! writes to finish before they return a failure, and `close` never retries a failed `fdatasync`
+//! into an `Ok`.
 //!
 //! # Dropping
 //! Dropping the writer before `close` stops the encoders and the splicer; the footer is never
@@ -334,7 +335,8 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
     ///
     /// # Errors
     /// A batch whose columns do not match the schema (before anything is queued); the writer's
-    /// first failure ([`WriterFailed`]), if any; a write after `close`.
+    /// first failure ([`WriterFailed`]), if any, once the sink's writes have finished (as
+    /// `close` reports it); a write after `close`.
     ///
     /// # Cancel safety
     /// Dropping the future between row groups loses nothing already queued; the rows of the
@@ -342,6 +344,15 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
     /// batches were cut short is not the file asked for.
     pub async fn write_async(&mut self, batch: &RecordBatch) -> Result<()> {
         self.check_batch(batch)?;
+        let queued = self.queue(batch).await;
+        if queued.is_err() {
+            self.drain().await;
+        }
+        queued
+    }
+
+    /// [`write_async`](Self::write_async) after its check: queues the batch's row groups.
+    async fn queue(&mut self, batch: &RecordBatch) -> Result<()> {
         self.wait(|st| Some(st.failure.as_ref().map_or(Ok(()), |f| Err(f.to_parquet())))).await?;
         let mut remaining = batch.clone();
         while remaining.num_rows() > 0 {
@@ -417,8 +428,7 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
         let meta = match footer {
             Ok(meta) => meta,
             Err(e) => {
-                // Drain: the sink's writes finish before the failure is reported.
-                let _ = self.sink.flush().await;
+                self.drain().await;
                 return Err(e);
             }
         };
@@ -432,6 +442,13 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
             rx.await.map_err(|_| general("the commit thread panicked"))?.map_err(crate::to_parquet)?;
         }
         Ok(meta)
+    }
+
+    /// Waits for the sink's writes to finish, before a failure is reported: a caller told the
+    /// writer failed finds nothing still writing the file. The writes' own errors are the
+    /// failure's, or later ones; the first is what the caller gets.
+    async fn drain(&self) {
+        let _ = self.sink.flush().await;
     }
 
     fn check_batch(&self, batch: &RecordBatch) -> Result<()> {
