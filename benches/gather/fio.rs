@@ -1,6 +1,7 @@
 //! fio as the ceiling and the price: random direct reads with io_uring on the same table file,
 //! and the device's cost per read and per KiB fitted to them.
 
+use eagerio::core::DevicePrice;
 use std::{path::Path, process::Command, time::Duration};
 
 /// One fio job's result.
@@ -49,42 +50,14 @@ fn parse(json: &str, bs: u64, depth: u32) -> Result<FioResult, String> {
     Ok(FioResult { bs, depth, iops, bytes_per_s })
 }
 
-/// The device's price for a plan: `per_read_us` for each read and `per_kib_us` for each KiB,
-/// fitted by least squares to fio's random-read IOPS at one depth and several block sizes (at
-/// depth, one read of `bs` costs the device 1/IOPS of its time).
-#[derive(Debug, Clone, Copy)]
-pub struct Price {
-    pub per_read_us: f64,
-    pub per_kib_us: f64,
-}
-
-impl Price {
-    /// Fits `1/IOPS = per_read + per_kib x KiB` to the results at `depth`; `None` with fewer than
-    /// two block sizes.
-    pub fn fit(results: &[FioResult], depth: u32) -> Option<Price> {
-        let pts: Vec<(f64, f64)> = results
-            .iter()
-            .filter(|r| r.depth == depth && r.iops > 0.0)
-            .map(|r| (r.bs as f64 / 1024.0, 1e6 / r.iops))
-            .collect();
-        let n = pts.len() as f64;
-        let (sx, sy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-        let (sxx, sxy) = pts.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x * x, b + x * y));
-        let den = n * sxx - sx * sx;
-        if pts.len() < 2 || den.abs() < 1e-9 {
-            return None;
-        }
-        let per_kib_us = (n * sxy - sx * sy) / den;
-        Some(Price { per_read_us: (sy - per_kib_us * sx) / n, per_kib_us })
-    }
-
-    /// What the device needs for `reads` reads of `bytes` in all.
-    pub fn of(&self, reads: u64, bytes: u64) -> Duration {
-        let us = reads as f64 * self.per_read_us + bytes as f64 / 1024.0 * self.per_kib_us;
-        Duration::from_secs_f64(us.max(0.0) / 1e6)
-    }
-
-    pub fn describe(&self) -> String {
-        format!("{:.2} µs per read + {:.3} µs per KiB", self.per_read_us, self.per_kib_us)
-    }
+/// The device's price (`eagerio_core::DevicePrice`: a cost per read plus a cost per KiB),
+/// fitted by least squares to fio's random-read IOPS at `depth` and several block sizes (at
+/// depth, one read of `bs` costs the device 1/IOPS of its time); `None` with fewer than two
+/// block sizes.
+pub fn price(results: &[FioResult], depth: u32) -> Option<DevicePrice> {
+    let points = results
+        .iter()
+        .filter(|r| r.depth == depth && r.iops > 0.0)
+        .map(|r| (1.0, r.bs as f64 / 1024.0, Duration::from_secs_f64(1.0 / r.iops)));
+    DevicePrice::fit(points)
 }

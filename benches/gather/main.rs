@@ -329,12 +329,12 @@ fn price_round(
     path: &Path,
     runs: bool,
     notes: &mut Vec<String>,
-) -> (Vec<fio::FioResult>, Option<fio::Price>) {
+) -> (Vec<fio::FioResult>, Option<eagerio::core::DevicePrice>) {
     let jobs: Vec<fio::FioResult> =
         cfg.price_bs.iter().filter_map(|&bs| run_fio(cfg, path, runs, bs, PRICE_DEPTH, notes)).collect();
-    let price = fio::Price::fit(&jobs, PRICE_DEPTH);
+    let price = fio::price(&jobs, PRICE_DEPTH);
     if let Some(p) = price {
-        eprintln!("price: {}", p.describe());
+        eprintln!("price: {p}");
     }
     (jobs, price)
 }
@@ -398,7 +398,7 @@ fn main() -> Res<()> {
         fio_results.extend(run_fio(&cfg, &path, fio_runs, bs, qd, &mut notes));
     }
     // Each round's price jobs and fit.
-    let mut prices: Vec<(Vec<fio::FioResult>, Option<fio::Price>)> = Vec::new();
+    let mut prices: Vec<(Vec<fio::FioResult>, Option<eagerio::core::DevicePrice>)> = Vec::new();
 
     // W1 cold and W2 warm, in rounds.
     let mut w1: Vec<Cell> = Vec::new();
@@ -635,7 +635,7 @@ fn main() -> Res<()> {
         }
         let _ = writeln!(md);
         for (i, (_, p)) in prices.iter().enumerate() {
-            let fit = p.map_or_else(|| "no fit (fewer than two fio results)".to_string(), |p| p.describe());
+            let fit = p.map_or_else(|| "no fit (fewer than two fio results)".to_string(), |p| p.to_string());
             let _ = writeln!(md, "- round {} price, least squares over 1/IOPS at QD{PRICE_DEPTH}: {fit}", i + 1);
         }
         let _ = writeln!(md);

@@ -4,9 +4,9 @@ use std::{fmt::Write as _, path::Path, time::Duration};
 
 use plotters::prelude::*;
 
-use crate::fio::Price;
 use crate::methods::Family;
 use crate::probe::DiskCounters;
+use eagerio::core::DevicePrice;
 
 /// One verified, timed run.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +46,7 @@ pub struct Cell {
     /// Why the cell is FAILED (a wrong byte or an error); a failed cell shows no time.
     pub failed: Option<String>,
     /// The disk's price fitted in the cell's round.
-    pub price: Option<Price>,
+    pub price: Option<DevicePrice>,
 }
 
 impl Cell {
@@ -54,7 +54,7 @@ impl Cell {
         Cell { params, group, method, family, samples: Vec::new(), failed: None, price: None }
     }
 
-    pub fn priced(self, price: Option<Price>) -> Cell {
+    pub fn priced(self, price: Option<DevicePrice>) -> Cell {
         Cell { price, ..self }
     }
 

@@ -115,10 +115,8 @@ fn price(path: &Path, len: u64) -> Result<(), Failure> {
     }
     match tuner.price() {
         Some(p) => println!(
-            "price       {:.2} µs per read + {:.3} µs per KiB at depth, fitted from these gathers: joining two reads \
-             pays while the hole is under {} bytes, the gap a tuned source plans with (within its limit)",
-            p.per_read.as_secs_f64() * 1e6,
-            p.per_kib.as_secs_f64() * 1e6,
+            "price       {p} at depth, fitted from these gathers: joining two reads pays while the hole is \
+             under {} bytes, the gap a tuned source plans with (within its limit)",
             p.gap()
         ),
         None => println!(

@@ -68,6 +68,19 @@ impl DevicePrice {
         Duration::from_nanos(ns as u64)
     }
 
+    /// The least-squares price of measured points, each `(reads, KiB, time)`: the device's time
+    /// for that many reads of that many KiB in all. fio's random reads at one depth and block
+    /// size `bs` are the point `(1, bs / 1024, 1 / IOPS)`. `None` while the points cannot tell a
+    /// read's cost from a KiB's (fewer than two read sizes); a term the fit finds negative is 0.
+    /// The same fit as a [`GapTuner`]'s, with every point at full weight.
+    pub fn fit(points: impl IntoIterator<Item = (f64, f64, Duration)>) -> Option<DevicePrice> {
+        let mut fit = Fit::default();
+        for (reads, kib, time) in points {
+            fit.push(reads, kib, time.as_secs_f64() * 1e6);
+        }
+        fit.price()
+    }
+
     /// The largest hole worth reading to join two reads, in bytes: `per_read / per_kib` KiB
     /// (`u64::MAX` when a KiB costs nothing).
     pub fn gap(&self) -> u64 {
@@ -76,6 +89,14 @@ impl DevicePrice {
             return u64::MAX;
         }
         u64::try_from(self.per_read.as_nanos() * 1024 / kib).unwrap_or(u64::MAX)
+    }
+}
+
+impl std::fmt::Display for DevicePrice {
+    /// `6.05 µs per read + 1.530 µs per KiB`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        write!(f, "{:.2} µs per read + {:.3} µs per KiB", us(self.per_read), us(self.per_kib))
     }
 }
 
@@ -90,13 +111,21 @@ struct Fit {
 }
 
 impl Fit {
+    /// Adds a gather, the ones before weighted down by [`DECAY`].
     fn add(&mut self, reads: f64, kib: f64, us: f64) {
-        let d = DECAY;
-        self.rr = self.rr * d + reads * reads;
-        self.rk = self.rk * d + reads * kib;
-        self.kk = self.kk * d + kib * kib;
-        self.rt = self.rt * d + reads * us;
-        self.kt = self.kt * d + kib * us;
+        for sum in [&mut self.rr, &mut self.rk, &mut self.kk, &mut self.rt, &mut self.kt] {
+            *sum *= DECAY;
+        }
+        self.push(reads, kib, us);
+    }
+
+    /// Adds a point at full weight: `us` of the device's time for `reads` reads of `kib` KiB.
+    fn push(&mut self, reads: f64, kib: f64, us: f64) {
+        self.rr += reads * reads;
+        self.rk += reads * kib;
+        self.kk += kib * kib;
+        self.rt += reads * us;
+        self.kt += kib * us;
     }
 
     /// The price, or `None` while the gathers' reads and KiB are too alike to tell the terms
@@ -264,6 +293,21 @@ mod tests {
 
     fn us(x: f64) -> Duration {
         Duration::from_nanos((x * 1e3) as u64)
+    }
+
+    #[test]
+    fn device_price_fit_of_fio_points() {
+        // fio random reads at QD128 on this disk (2026-12-07, round 2 of the gather bench):
+        // 94,365 IOPS at 1 KiB, 92,755 at 4, 71,418 at 8 and 48,180 at 16.
+        let fio = [(1.0, 94_365.0), (4.0, 92_755.0), (8.0, 71_418.0), (16.0, 48_180.0)];
+        let points = fio.map(|(kib, iops)| (1.0, kib, Duration::from_secs_f64(1.0 / iops)));
+        let p = DevicePrice::fit(points).expect("four read sizes tell the costs apart");
+        assert_eq!(p.to_string(), "8.84 µs per read + 0.717 µs per KiB");
+        // One read size cannot tell a read's cost from a KiB's.
+        assert_eq!(DevicePrice::fit([(1.0, 4.0, us(10.0)), (1.0, 4.0, us(11.0))]), None);
+        // Many reads of few KiB, and few of many: both costs come back.
+        let p = DevicePrice::fit([(1000.0, 1000.0, us(6500.0)), (100.0, 10_000.0, us(5600.0))]).unwrap();
+        assert_eq!((p.per_read, p.per_kib), (us(6.0), us(0.5)));
     }
 
     /// A simulated device: each gather of `requests` costs `per_read x reads + per_kib x KiB`
