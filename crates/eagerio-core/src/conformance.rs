@@ -257,12 +257,18 @@ async fn slow_table<B: Backend>(
 }
 
 /// The gap tuner takes a whole gather's reads and time, and nothing of a gather dropped with
-/// reads in flight, or one that timed out (each read held 200 µs, a tuner of the check's own).
+/// reads in flight, or one that timed out (reads held, a tuner of the check's own).
 pub async fn tune_learns_from_whole_gathers_only<B: Backend>(b: &B) {
     let (dir, path, file) = random_file(4096 * 2048, &mut StdRng::seed_from_u64(seed()));
-    let hook = Hook::new(|p| {
+    // Each read is held this many µs: 200 for the whole gather; 5,000 for the dropped and the
+    // timed-out ones, so that none can finish all its reads between the call and its drop or
+    // deadline, even with the test's thread descheduled for milliseconds (a gather settling
+    // while its future is dropped counts or not by a hair, and the check could not say which).
+    let hold = Arc::new(std::sync::atomic::AtomicU64::new(200));
+    let held = hold.clone();
+    let hook = Hook::new(move |p| {
         if p.kind == IoKind::Read {
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(Duration::from_micros(held.load(Ordering::Relaxed)));
         }
         Action::Proceed
     });
@@ -301,12 +307,13 @@ pub async fn tune_learns_from_whole_gathers_only<B: Backend>(b: &B) {
     // A gather that settled in its call (an engine that waits there for staging slots) was
     // whole when dropped, and counts as one.
     let whole_at = |s: crate::GatherStats| u64::from(s.wait > Duration::ZERO && s.resident == 0);
+    hold.store(5000, Ordering::Relaxed);
     crate::sys::evict(&path).expect("evict the table");
     let dropped = table.gather(&ids).unwrap();
     counted += whole_at(dropped.stats());
     drop(dropped);
     settled(2).await;
-    // Each read takes 200 µs: none has landed at the deadline, unless the gather settled first.
+    // Each read takes 5 ms: none has landed at the deadline, unless the gather settled first.
     crate::sys::evict(&path).expect("evict the table");
     let mut timed = table.gather(&ids).unwrap().with_timeout(Duration::from_micros(100));
     match (&mut timed).await {
