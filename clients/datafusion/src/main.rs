@@ -4,6 +4,7 @@
 //! ```text
 //! cd clients/datafusion && cargo run --release            # 1M rows x 121 columns, 3 rounds
 //! EAGERIO_DF_ROWS=20000 EAGERIO_DF_RUNS=1 cargo run        # a smoke run
+//! EAGERIO_DF_QUERIES="full scan" cargo run --release     # only the queries named (comma-separated)
 //! ```
 //!
 //! Each round runs every store in its own child process (so each has its own peak RSS), the
@@ -62,11 +63,14 @@ fn queries(rows: u64) -> Vec<(&'static str, String)> {
     // avg, never min/max/count alone: DataFusion answers those from the footer's statistics
     // without reading a page.
     let all: Vec<String> = (0..COLUMNS).map(|c| format!("avg(c{c})")).collect();
-    vec![
+    let only = std::env::var("EAGERIO_DF_QUERIES").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|q| q.trim() == name));
+    let queries = vec![
         ("selective", format!("SELECT id, c7, s FROM t WHERE id BETWEEN {lo} AND {} ORDER BY id", lo + 999)),
         ("projection", "SELECT avg(c1), avg(c40), avg(c81) FROM t".to_string()),
         ("full scan", format!("SELECT count(*), {} FROM t", all.join(", "))),
-    ]
+    ];
+    queries.into_iter().filter(|(name, _)| wanted(name)).collect()
 }
 
 /// `rows` rows: `id` ascending, 120 value columns (int64 and float64 in turn, spread values
