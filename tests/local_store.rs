@@ -62,8 +62,8 @@ async fn local_store_reads_what_local_file_system_wrote_with_the_same_etag() {
     assert_eq!(s.get(&Path::from("big.bin")).await.unwrap().bytes().await.unwrap(), big);
     let r = s.get_range(&Path::from("big.bin"), 8_388_000..16_777_300).await.unwrap();
     assert_eq!(r, big.slice(8_388_000..16_777_300));
-    // A few large ranges past the chunk, out of file order, one empty (gathers of about 8 MiB
-    // each, in file order): each result where its range asked.
+    // A few large ranges, out of file order and back to back in the file, one empty, from the
+    // page cache (`LocalFileSystem`'s reads cached them): each result where its range asked.
     let ranges = [12_000_000..19_000_000, 5..4_000_005, 7..7, 4_000_005..11_999_999, 19_000_000..19_000_090];
     let ours = s.get_ranges(&Path::from("big.bin"), &ranges).await.unwrap();
     assert_eq!(ours, lfs.get_ranges(&Path::from("big.bin"), &ranges).await.unwrap());

@@ -7,9 +7,7 @@
 //! - **Reads** are eagerio's. `get_ranges` is one gather of all its ranges (planned: sorted,
 //!   deduplicated, coalesced, aligned, split; direct where the file allows it; copied from the
 //!   page cache where the rows are already there), on the io_uring lanes of the process-wide
-//!   driver, or on tokio's blocking pool where the ring is refused. A call of fewer than
-//!   2,048 ranges and more than 8 MiB (a row group's column chunks) is gathers of about 8 MiB
-//!   each, in file order, all started together (see `read::start_ranges`). `get_range` and `get_opts`
+//!   driver, or on tokio's blocking pool where the ring is refused. `get_range` and `get_opts`
 //!   read a range of up to 8 MiB as one gather, and a larger one as gathers of 8 MiB, four in
 //!   flight, yielded in order.
 //! - **Writes** are eagerio's tokio sink: `put` and `put_multipart` write a staged file

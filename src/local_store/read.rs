@@ -12,7 +12,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio_core::{prepare::PREPARE_ELSEWHERE, GatherFuture, Source};
+use eagerio_core::{GatherFuture, Source};
 use futures::{Future, Stream};
 use object_store::path::Path as ObjectPath;
 
@@ -163,53 +163,24 @@ pub(super) fn check_ranges(location: &ObjectPath, ranges: &[Range<u64>], size: u
     Ok(())
 }
 
-/// Starts the gathers of the non-empty `ranges` and returns a future of every range's bytes,
+/// Starts one gather of the non-empty `ranges` and returns a future of every range's bytes,
 /// in order (empty ranges take no read).
-///
-/// A call of many ranges ([`PREPARE_ELSEWHERE`] or more), or of at most [`GET_CHUNK`] bytes, is
-/// one gather. Fewer, larger ranges (a query engine's column chunks: a row group's worth,
-/// 100 MB and more, in one call) are split in file order into gathers of about [`GET_CHUNK`]
-/// bytes each, all started here. One output of a whole row group is memory the allocator takes
-/// fresh from the kernel every call (past its largest recycled size, 32 MiB in glibc), and the
-/// kernel zeroes every page of it: that zeroing took more CPU than the copies themselves in a
-/// warm DataFusion scan. Outputs of a chunk's size are recycled, as `LocalFileSystem`'s buffers
-/// of one range each are.
 pub(super) fn start_ranges(
     source: &Source<LocalEngine>,
     ranges: &[Range<u64>],
     location: &ObjectPath,
-) -> object_store::Result<impl Future<Output = object_store::Result<Vec<Bytes>>> + use<>> {
-    let mut order: Vec<usize> = (0..ranges.len()).filter(|&i| ranges[i].start < ranges[i].end).collect();
-    let bytes: u64 = order.iter().map(|&i| ranges[i].end - ranges[i].start).sum();
-    let chunk = if order.len() >= PREPARE_ELSEWHERE || bytes <= GET_CHUNK {
-        u64::MAX
-    } else {
-        order.sort_by_key(|&i| ranges[i].start);
-        GET_CHUNK
-    };
-    let mut gathers: Vec<(Vec<usize>, GatherFuture<Vec<Bytes>>)> = Vec::new();
-    let mut rest = &order[..];
-    while !rest.is_empty() {
-        let (mut n, mut taken) = (0, 0u64);
-        while n < rest.len() && taken < chunk {
-            taken += ranges[rest[n]].end - ranges[rest[n]].start;
-            n += 1;
-        }
-        let (group, tail) = rest.split_at(n);
-        let reads: Vec<Range<u64>> = group.iter().map(|&i| ranges[i].clone()).collect();
-        gathers.push((group.to_vec(), source.gather_ranges(&reads).map_err(|e| failed(location, e))?));
-        rest = tail;
-    }
-    let (location, n) = (location.clone(), ranges.len());
+) -> object_store::Result<impl Future<Output = object_store::Result<Vec<Bytes>>>> {
+    let reads: Vec<Range<u64>> = ranges.iter().filter(|r| r.start < r.end).cloned().collect();
+    let gather =
+        if reads.is_empty() { None } else { Some(source.gather_ranges(&reads).map_err(|e| failed(location, e))?) };
+    let empty: Vec<bool> = ranges.iter().map(|r| r.start == r.end).collect();
+    let location = location.clone();
     Ok(async move {
-        let mut out = vec![Bytes::new(); n];
-        for (group, gather) in gathers {
-            let read = gather.await.map_err(|e| failed(&location, e))?;
-            for (i, bytes) in group.into_iter().zip(read) {
-                out[i] = bytes;
-            }
-        }
-        Ok(out)
+        let mut read = match gather {
+            Some(g) => g.await.map_err(|e| failed(&location, e))?.into_iter(),
+            None => Vec::new().into_iter(),
+        };
+        Ok(empty.into_iter().map(|e| if e { Bytes::new() } else { read.next().expect("one result a read") }).collect())
     })
 }
 

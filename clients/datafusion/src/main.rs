@@ -164,7 +164,8 @@ fn child(store: &str, file: &Path, rows: u64) -> Res<()> {
             let (hc, n) = digest(&cold)?;
             let (hw, _) = digest(&warm)?;
             if hc != hw {
-                return Err(format!("{store} {name}: the cold and warm results differ").into());
+                let (c, w) = (pretty_format_batches(&cold)?, pretty_format_batches(&warm)?);
+                return Err(format!("{store} {name}: the cold and warm results differ:\ncold:\n{c}\nwarm:\n{w}").into());
             }
             println!("q\t{name}\t{cold_ms:.2}\t{warm_ms:.2}\t{hc:016x}\t{n}");
         }

@@ -26,11 +26,14 @@
 //!    from the mapping that survives `SIGBUS` (`recover::copy`), prefetching a few extents
 //!    ahead: if the file was truncated under us, the copy stops at the lost page, and that
 //!    extent goes to the engine like any miss (and then fails with a short read, naming the
-//!    row). A large request's run of resident reads (at least [`PREAD_MIN`] bytes, back to back
-//!    in the file and the output) whose pages the mapping does not map yet is copied with one
-//!    `pread` instead: as fast as a first touch of the mapping there, and it maps no page, so
-//!    a warm scan adds nothing to the process's resident memory; a cut file is a short read.
-//!    Where that copy is not available (only x86_64 has it), the pieces go through
+//!    row). A run of resident reads that is one stretch of the file landing in one stretch of
+//!    the output (a large request, or requests back to back in the file asked in file order),
+//!    of at least [`PREAD_MIN`] bytes and not all mapped yet, is copied with one
+//!    `preadv2(RWF_NOWAIT)` instead: as fast as a first touch of the mapping there, and it maps
+//!    no page, so a warm scan adds nothing to the process's resident memory; a cut file or a
+//!    page evicted since the check is a short read, and the run goes to the engine. Where
+//!    [`recover::copy`] is not available (only x86_64 has it), runs are not read this way, and
+//!    the pieces go through
 //!    `process_vm_readv` on our own address space, up to 1024 pieces per call, which reports
 //!    the lost page as `EFAULT` instead.
 //! 3. The engine reads only the misses. Direct reads do not populate the page cache, so a cold
@@ -42,7 +45,9 @@
 //! page, never the whole gather) and the gather counts it in
 //! [`GatherStats::resident_faults`](crate::GatherStats::resident_faults), measured as the
 //! copying thread's major faults during the copy; a gather that took one (or whose copy the
-//! file cut short) clears the bitmap, so the next gathers check every page again.
+//! file cut short) clears the bitmap, so the next gathers check every page again. A run read
+//! with `preadv2(RWF_NOWAIT)` never waits: a page evicted under it makes the read short, and
+//! the whole run goes to the engine (no fault is counted; the bitmap does not hold its pages).
 //!
 //! # Eviction
 //! Pages the copy touched stay mapped by the source's mapping, and the kernel skips mapped pages
@@ -70,7 +75,7 @@
 //! cache.
 //!
 //! # Why one file
-//! About 640 lines of code and 260 of tests: one mechanism (the mapping, its bitmap, the
+//! About 780 lines of code and 345 of tests: one mechanism (the mapping, its bitmap, the
 //! `mincore` windows and the two copy paths, with the fault recovery they share) that every
 //! local backend uses through [`Source`](crate::Source); its parts change together.
 
@@ -101,13 +106,13 @@ const SAMPLES: usize = 16;
 /// Pages between two extents still checked in one window (the bytes between cost a page-table
 /// walk, not I/O).
 const JOIN_PAGES: u64 = 64;
-/// Runs of at least this many bytes (a large request: back-to-back pieces of the plan's reads),
-/// on pages the mapping does not map yet, are copied with one `pread` instead of through the
-/// mapping. A first touch of the mapping faults each page in (the
+/// Runs of resident reads of at least this many bytes, back to back in the file and in the
+/// output (see [`Residency::serve`]) and not all mapped yet, are copied with one `preadv2`
+/// instead of through the mapping. A first touch of the mapping faults each page in (the
 /// fault maps 16 pages at a time); over a large piece that costs about as much as `pread`'s
 /// copy (a scratch loop on warm 64 KiB-1 MiB ranges of a 2 GiB file: 4-5 GB/s either way), and
 /// every page mapped counts in the process's resident memory: a query engine's warm scan of a
-/// 1.2 GB file through the mapping showed 1 GiB more RSS than a `pread` loop's. Smaller pieces
+/// 1.2 GB file through the mapping showed 1 GiB more RSS than a `pread` loop's. Smaller runs
 /// stay mapped, so the next gathers of the same rows copy them without a system call.
 pub const PREAD_MIN: u32 = 128 << 10;
 /// `IOV_MAX` on Linux.
@@ -311,27 +316,31 @@ impl Residency {
         }
     }
 
-    /// Reads `len` bytes at `offset` of the file into `dst` with `pread` through the page cache:
-    /// `false` if the file ends first (it was cut after the check) or the read fails.
+    /// Copies `len` bytes at `offset` of the file from the page cache into `dst`, with
+    /// `preadv2(RWF_NOWAIT)`: never waiting for the disk, so a page evicted since the check
+    /// makes the read short instead of a synchronous read on this thread (the caller's, for a
+    /// small gather). `false` if the read comes up short for that reason, because the file ends
+    /// first (it was cut after the check), or on an error; the caller then sends the bytes to
+    /// the engine. Where the file's filesystem refuses `RWF_NOWAIT`, a plain `pread`.
     ///
     /// # Safety
     /// `dst` must point at `len` writable bytes that nothing else accesses during the call.
     unsafe fn pread_exact(&self, dst: *mut u8, len: usize, offset: u64) -> bool {
         let mut done = 0usize;
+        let mut flags = libc::RWF_NOWAIT;
         while done < len {
-            // SAFETY: `dst + done .. dst + len` lies in the caller's exclusive `len` bytes; the
-            // descriptor is ours and open.
-            let n = unsafe {
-                libc::pread(
-                    self.file.as_raw_fd(),
-                    dst.add(done).cast(),
-                    len - done,
-                    (offset + done as u64) as libc::off_t,
-                )
-            };
-            match n {
-                n if n > 0 => done += n as usize,
-                -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            let iov = libc::iovec { iov_base: dst.wrapping_add(done).cast(), iov_len: len - done };
+            // SAFETY: `iov` covers `dst + done .. dst + len`, inside the caller's exclusive `len`
+            // bytes; the descriptor is ours and open.
+            let n =
+                unsafe { libc::preadv2(self.file.as_raw_fd(), &iov, 1, (offset + done as u64) as libc::off_t, flags) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            match (n, io::Error::last_os_error().raw_os_error()) {
+                (-1, Some(libc::EINTR)) => {}
+                (-1, Some(libc::EOPNOTSUPP)) if flags != 0 => flags = 0,
                 _ => return false,
             }
         }
@@ -372,13 +381,21 @@ impl Residency {
             let mut i = 0;
             while i < extents.len() {
                 let j = self.classify_window(plan, file_len, i, &mut served.resident, &mut vec);
-                let mut k = i;
+                // Extents before `mapped_to` belong to a run already turned down (small, or
+                // mapped): copied through the mapping without asking again.
+                let (mut k, mut mapped_to) = (i, i);
                 while k < j {
-                    if let Some(run) = self.run_to_read(plan, k, j, &served.resident, file_len) {
-                        // SAFETY: forwarded from the caller.
-                        unsafe { self.read_run(run, out, &mut served) };
-                        k = run.end;
-                        continue;
+                    if k >= mapped_to {
+                        match self.run_from(plan, k, j, &served.resident) {
+                            Some(run) if self.worth_reading(plan, &run, file_len) => {
+                                // SAFETY: forwarded from the caller.
+                                unsafe { self.read_run(run, out, &mut served) };
+                                k = run.end;
+                                continue;
+                            }
+                            Some(run) => mapped_to = run.end,
+                            None => {}
+                        }
                     }
                     if k + AHEAD < j && served.resident[k + AHEAD] {
                         self.prefetch(plan, k + AHEAD, out);
@@ -412,17 +429,21 @@ impl Residency {
     fn sample_cached(&self, plan: &Plan) -> bool {
         let extents = plan.extents();
         let step = extents.len().div_ceil(SAMPLES).max(1);
+        extents.iter().step_by(step).any(|e| self.page_cached(e.offset))
+    }
+
+    /// Whether the page holding file offset `offset` is in the page cache: one single-page
+    /// `mincore` (`false` past the mapping).
+    fn page_cached(&self, offset: u64) -> bool {
+        let first = offset / self.page * self.page;
+        if first >= self.len as u64 {
+            return false;
+        }
         let mut vec = [0u8; 1];
-        extents.iter().step_by(step).any(|e| {
-            let first = e.offset / self.page * self.page;
-            if first >= self.len as u64 {
-                return false;
-            }
-            let addr = (self.base as usize + first as usize) as *mut libc::c_void;
-            // SAFETY: one page that starts inside our mapping (mincore takes a partial last
-            // page); `vec` has its one byte.
-            unsafe { libc::mincore(addr, 1, vec.as_mut_ptr()) == 0 && vec[0] & 1 == 1 }
-        })
+        let addr = (self.base as usize + first as usize) as *mut libc::c_void;
+        // SAFETY: one page that starts inside our mapping (mincore takes a partial last page);
+        // `vec` has its one byte.
+        unsafe { libc::mincore(addr, 1, vec.as_mut_ptr()) == 0 && vec[0] & 1 == 1 }
     }
 
     /// Whether the page cache holds no page of the file, by one `cachestat(2)` over the whole
@@ -566,27 +587,45 @@ impl Residency {
         let _ = addr;
     }
 
-    /// The run of resident extents from `k` (before `j`) to copy with one `pread` instead of
-    /// through the mapping: `Some` when extent `k` starts a stretch of the file that lands in
-    /// one stretch of the output (a large request, which the plan splits into reads of the
-    /// engine's largest size: one piece each, back to back), of at least [`PREAD_MIN`] bytes,
-    /// whose pages the mapping does not map yet.
-    fn run_to_read(&self, plan: &Plan, k: usize, j: usize, resident: &[bool], file_len: u64) -> Option<Run> {
-        let piece = |x: usize| match plan.pieces(x) {
-            [p] if resident[x] => Some((plan.extents()[x].offset + u64::from(p.extent_offset), p.out_offset, p.len)),
-            _ => None,
+    /// The run of resident extents from `k` (before `j`) that is one stretch of the file landing
+    /// in one stretch of the output: a large request, which the plan splits into reads of the
+    /// engine's largest size, or requests back to back in the file asked in file order (a row
+    /// group's column chunks). `None` when extent `k`'s own pieces are not one stretch.
+    fn run_from(&self, plan: &Plan, k: usize, j: usize, resident: &[bool]) -> Option<Run> {
+        // Extent `x`'s stretch (file offset, output offset, bytes, pieces), if it is one.
+        let stretch = |x: usize| {
+            let e = &plan.extents()[x];
+            let (first, rest) = plan.pieces(x).split_first().filter(|_| resident[x])?;
+            let (at, out_at) = (e.offset + u64::from(first.extent_offset), first.out_offset);
+            let mut len = u64::from(first.len);
+            for p in rest {
+                if e.offset + u64::from(p.extent_offset) != at + len || p.out_offset != out_at + len {
+                    return None;
+                }
+                len += u64::from(p.len);
+            }
+            Some((at, out_at, len, 1 + rest.len() as u64))
         };
-        let (at, out_at, len) = piece(k)?;
-        let mut run = Run { start: k, end: k + 1, at, out_at, len: u64::from(len) };
+        let (at, out_at, len, pieces) = stretch(k)?;
+        let mut run = Run { start: k, end: k + 1, at, out_at, len, pieces };
         while run.end < j {
-            match piece(run.end) {
-                Some((a, o, l)) if a == run.at + run.len && o == run.out_at + run.len => run.len += u64::from(l),
+            match stretch(run.end) {
+                Some((a, o, l, n)) if a == run.at + run.len && o == run.out_at + run.len => {
+                    run.len += l;
+                    run.pieces += n;
+                }
                 _ => break,
             }
             run.end += 1;
         }
-        (run.len >= u64::from(PREAD_MIN) && !(run.start..run.end).all(|x| self.is_mapped(plan, x, file_len)))
-            .then_some(run)
+        Some(run)
+    }
+
+    /// Whether `run` is copied with one `pread` rather than through the mapping: it has at
+    /// least [`PREAD_MIN`] bytes, and some of its pages are not mapped by a copy yet (a run the
+    /// mapping maps whole copies faster from it).
+    fn worth_reading(&self, plan: &Plan, run: &Run, file_len: u64) -> bool {
+        run.len >= u64::from(PREAD_MIN) && !(run.start..run.end).all(|x| self.is_mapped(plan, x, file_len))
     }
 
     /// Copies `run` with one [`pread_exact`](Self::pread_exact); if it stops short (the file
@@ -599,7 +638,7 @@ impl Residency {
         // invariant), so `out_at + len` is within the caller's exclusive `out`.
         if unsafe { self.pread_exact(out.add(run.out_at as usize), run.len as usize, run.at) } {
             served.extents += run.end - run.start;
-            served.pieces += (run.end - run.start) as u64;
+            served.pieces += run.pieces;
         } else {
             served.resident[run.start..run.end].fill(false);
             served.stopped = true;
@@ -666,8 +705,8 @@ impl Residency {
     }
 }
 
-/// Extents `start..end` of a plan, one piece each, back to back in the file (from `at`) and in
-/// the output (from `out_at`): `len` bytes in all.
+/// Extents `start..end` of a plan whose `pieces` lie back to back in the file (from `at`) and
+/// in the output (from `out_at`): `len` bytes in all.
 #[derive(Debug, Clone, Copy)]
 struct Run {
     start: usize,
@@ -675,6 +714,7 @@ struct Run {
     at: u64,
     out_at: u64,
     len: u64,
+    pieces: u64,
 }
 
 /// The pages piece `p` of extent `e` lies on.
@@ -850,14 +890,11 @@ mod tests {
         let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
         let n = plan.extents().len();
         assert!(n > 3, "the large request is several reads");
-        assert_eq!((served.extents, served.rows, served.stopped), (n, 2, false));
+        assert_eq!((served.extents, served.pieces, served.rows, served.stopped), (n, n as u64, 2, false));
         for (k, b) in out[..len as usize].iter().enumerate() {
             assert_eq!(u64::from(*b), (10 + k as u64) / 4096 + 1, "byte {k} of the large request");
         }
         assert_eq!(&out[len as usize..], &[big as u8 + 2; 90][..]);
-        let mut vec = vec![0u8; pages as usize];
-        // SAFETY: the whole mapping; `vec` has a byte per page.
-        assert_eq!(unsafe { libc::mincore(r.base, r.len, vec.as_mut_ptr()) }, 0);
         assert!(!r.is_mapped(&plan, 0, pages * 4096), "the large request is not remembered as mapped");
         assert!(r.is_mapped(&plan, n - 1, pages * 4096), "the small one is");
         // Which pages this process maps: /proc/self/pagemap is root-only for frame numbers but
@@ -869,8 +906,9 @@ mod tests {
             pm.read_exact_at(&mut e, (r.base as u64 / 4096 + pg) * 8).unwrap();
             u64::from_le_bytes(e) >> 63 == 1
         };
-        // (The small request's fault maps up to 16 pages around it: the large one's last pages.)
-        assert!((0..16).all(|pg| !mapped(pg)), "no page of the large request is mapped");
+        // The small request's fault maps the 64 KiB-aligned window of addresses around it.
+        let window = ((r.base as u64 + (big + 1) * 4096) & !0xffff).saturating_sub(r.base as u64) / 4096;
+        assert!(window >= 16 && (0..window).all(|pg| !mapped(pg)), "no page of the large request is mapped");
         assert!(mapped(big + 1), "the small request's page is");
 
         // The file cut to one page: the large request's read stops short, and each of its
@@ -880,12 +918,46 @@ mod tests {
         let plan = Plan::new(&[(0, len)], &PlanOptions { max_gap: 0, align: 1, max_read: 64 << 10 }).unwrap();
         let mut out = vec![0u8; len as usize];
         let resident = vec![true; plan.extents().len()];
-        let run = r.run_to_read(&plan, 0, resident.len(), &resident, pages * 4096).expect("one run");
+        let run = r.run_from(&plan, 0, resident.len(), &resident).expect("one run");
         assert_eq!((run.end, run.len), (resident.len(), len));
         let mut served = Served { resident, ..Served::default() };
         // SAFETY: as above.
         unsafe { r.read_run(run, out.as_mut_ptr(), &mut served) };
         assert!(served.stopped && served.resident.iter().all(|&r| !r), "a cut file stops the read");
+    }
+
+    /// Requests back to back in the file, asked in file order (a row group's column chunks),
+    /// make one run across the read they share, though each is under `PREAD_MIN`; asked in the
+    /// other order they land apart in the output, so no run spans them.
+    #[test]
+    fn residency_back_to_back_requests_are_one_run() {
+        let pages = 2 * u64::from(PREAD_MIN) / 4096;
+        let Some((_f, file)) = partly_cached(pages, &(0..pages).collect::<Vec<_>>()) else { return };
+        assert!(recover::install());
+        let r = Residency::map(&file, pages * 4096).unwrap();
+        let half = u64::from(PREAD_MIN) * 5 / 8;
+        let opts = PlanOptions { max_gap: 0, align: 4096, max_read: 64 << 10 };
+        let plan = Plan::new(&[(0, half), (half, half)], &opts).unwrap();
+        let all = vec![true; plan.extents().len()];
+        assert!(plan.extents().iter().enumerate().any(|(x, _)| plan.pieces(x).len() == 2), "the requests share a read");
+        let run = r.run_from(&plan, 0, all.len(), &all).expect("one run");
+        assert!(r.worth_reading(&plan, &run, pages * 4096));
+        assert_eq!((run.end, run.len, run.pieces), (all.len(), 2 * half, all.len() as u64 + 1));
+        let mut out = vec![0u8; plan.out_len() as usize];
+        // SAFETY: `out` holds the plan's output and nothing else touches it.
+        let served = unsafe { r.serve(&plan, out.as_mut_ptr()) };
+        assert_eq!((served.extents, served.pieces, served.rows), (all.len(), run.pieces, 2));
+        for (k, b) in out.iter().enumerate() {
+            assert_eq!(u64::from(*b), k as u64 / 4096 + 1, "byte {k}");
+        }
+        assert!((0..all.len()).all(|x| !r.is_mapped(&plan, x, pages * 4096)), "nothing went through the mapping");
+
+        let reversed = Plan::new(&[(half, half), (0, half)], &opts).unwrap();
+        let all = vec![true; reversed.extents().len()];
+        for k in 0..all.len() {
+            let run = r.run_from(&reversed, k, all.len(), &all);
+            assert!(run.is_none_or(|run| run.len < u64::from(PREAD_MIN)), "extent {k}: the requests land apart");
+        }
     }
 
     /// Issue 14: an extent that joins two rows across a page that is not cached is served when

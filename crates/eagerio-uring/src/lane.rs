@@ -710,6 +710,14 @@ impl<R: Ring> LaneCore<R> {
             job.file.leased.fetch_add(1, Ordering::AcqRel);
             let file = job.file.file;
             let e = job.handle.plan().extents()[extent];
+            if job.handle.plan().extents().get(extent + 1).is_some_and(|n| n.offset == e.offset + e.len as u64) {
+                // The job's next read continues this one in the file: it goes next, so the two
+                // reach the block layer together and it can merge them (round robin between
+                // gathers reading a file's adjacent stretches, as a query engine's row groups
+                // are, put other reads between them: 3.5x the device reads for a DataFusion
+                // scan). A job never takes more than its share this way.
+                self.next_job = j;
+            }
             let ptr = lease.as_mut_ptr();
             let slot = lease.index();
             let len = e.len;

@@ -304,7 +304,11 @@ impl Rig {
     /// Gathers 10 bytes of each of `rows` (one read each) and queues the job on the lane, on
     /// `file`.
     fn gather(&self, rows: Range<u64>, file: &Arc<LaneFile>) -> (Ranges, Vec<Range<u64>>) {
-        let ranges: Vec<Range<u64>> = rows.map(|r| r * STRIDE..r * STRIDE + 10).collect();
+        self.gather_ranges(rows.map(|r| r * STRIDE..r * STRIDE + 10).collect(), file)
+    }
+
+    /// Gathers `ranges` and queues the job on the lane, on `file`.
+    fn gather_ranges(&self, ranges: Vec<Range<u64>>, file: &Arc<LaneFile>) -> (Ranges, Vec<Range<u64>>) {
         let fut = self.src.gather_ranges(&ranges).unwrap();
         for job in self.jobs.lock().unwrap().drain(..) {
             self.inbox.push(Work::Gather(job, file.clone()));
@@ -426,6 +430,26 @@ fn lane_core_a_gathers_first_read_goes_alone() {
     drop(k);
     rig.finish(first, &first_ranges);
     rig.finish(second, &second_ranges);
+}
+
+/// Reads that continue each other in the file go to the kernel one after the other, so the
+/// block layer can merge them: two gathers of adjacent stretches (four rows each, two reads a
+/// row) queued together are not interleaved read by read; each job's reads stay in file order.
+#[test]
+fn lane_core_adjacent_reads_go_together() {
+    let mut rig = Rig::new(8, 40);
+    let file = lane_file(None);
+    let stretch = |rows: Range<u64>| std::iter::once(rows.start * STRIDE..rows.end * STRIDE).collect();
+    let (a, a_ranges) = rig.gather_ranges(stretch(0..2), &file);
+    let (b, b_ranges) = rig.gather_ranges(stretch(20..22), &file);
+    rig.lane.turn(false).unwrap();
+    let offsets = lock(&rig.kernel).read_offsets.clone();
+    assert_eq!(offsets.len(), 8, "{offsets:?}");
+    let switches = offsets.windows(2).filter(|w| (w[0] < 20 * STRIDE) != (w[1] < 20 * STRIDE)).count();
+    assert_eq!(switches, 1, "one gather's reads, then the other's: {offsets:?}");
+    assert!(offsets[..4].windows(2).all(|w| w[1] == w[0] + SLOT as u64), "in file order: {offsets:?}");
+    rig.finish(a, &a_ranges);
+    rig.finish(b, &b_ranges);
 }
 
 /// A closed lane whose gather waits for staging slots held elsewhere (the pool is shared) is
