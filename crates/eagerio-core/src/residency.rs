@@ -32,7 +32,7 @@
 //!    `preadv2(RWF_NOWAIT)` instead: as fast as a first touch of the mapping there, and it maps
 //!    no page, so a warm scan adds nothing to the process's resident memory; a cut file or a
 //!    page evicted since the check is a short read, and the run goes to the engine. Where
-//!    [`recover::copy`] is not available (only x86_64 has it), runs are not read this way, and
+//!    `recover::copy` is not available (only x86_64 has it), runs are not read this way, and
 //!    the pieces go through
 //!    `process_vm_readv` on our own address space, up to 1024 pieces per call, which reports
 //!    the lost page as `EFAULT` instead.
