@@ -304,3 +304,37 @@ async fn local_store_serves_the_object_store_backend() {
     let want: Vec<u8> = [999usize, 0, 42, 999].iter().flat_map(|&r| data[r * 90..r * 90 + 90].to_vec()).collect();
     assert_eq!(&rows[..], &want[..]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_recycles_large_read_buffers_within_its_budget() {
+    let root = tempfile::tempdir().unwrap();
+    let store = EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().output_pool_bytes(64 << 20))
+        .unwrap();
+    let data: Vec<u8> = (0..24u32 << 20).map(|i| (i % 253) as u8 ^ (i >> 20) as u8).collect();
+    let path = Path::from("pool.bin");
+    store.put(&path, data.clone().into()).await.unwrap();
+    let pool = store.output_pool();
+    // Column chunks of a row group: back to back and scattered, several MiB in all, read the
+    // way a Parquet reader asks (warm: `put` left them in the page cache; then evicted).
+    let first = [0..(3 << 20), (5 << 20) + 3..(9 << 20)];
+    let second = [(20 << 20) + 1..(24 << 20), (1 << 20)..(2 << 20), 17..(1 << 20)];
+    for round in 0..3u64 {
+        for ranges in [&first[..], &second[..]] {
+            let got = store.get_ranges(&path, ranges).await.unwrap();
+            for (b, r) in got.iter().zip(ranges) {
+                assert!(b[..] == data[r.start as usize..r.end as usize], "round {round}: range {r:?} differs");
+            }
+        }
+        if round == 1 {
+            eagerio_core::sys::evict(&root.path().join("pool.bin")).unwrap();
+        }
+    }
+    // Every read after the first took the buffer the one before gave back: the first read's,
+    // of its output's size, which fits the second's.
+    assert_eq!((pool.reused(), pool.held()), (5, (7 << 20) - 3));
+    pool.clear();
+    assert_eq!(pool.held(), 0);
+    let off = EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().output_pool_bytes(0)).unwrap();
+    drop(off.get_ranges(&path, &first).await.unwrap());
+    assert_eq!((off.output_pool().reused(), off.output_pool().held()), (0, 0));
+}

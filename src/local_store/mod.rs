@@ -9,7 +9,10 @@
 //!   page cache where the rows are already there), on the io_uring lanes of the process-wide
 //!   driver, or on tokio's blocking pool where the ring is refused. `get_range` and `get_opts`
 //!   read a range of up to 8 MiB as one gather, and a larger one as gathers of 8 MiB, four in
-//!   flight, yielded in order.
+//!   flight, yielded in order. The buffer of a read of 4 MiB or more goes back to the store when
+//!   the last `Bytes` of its result drops, and the next large read reuses it (up to
+//!   [`LocalStoreOptions::output_pool_bytes`](crate::local_store::LocalStoreOptions::output_pool_bytes) kept): the allocator would hand such blocks back to
+//!   the kernel, and fresh ones cost their zeroing again.
 //! - **Writes** are eagerio's tokio sink: `put` and `put_multipart` write a staged file
 //!   `<name>#<n>` beside the target, starting each write at call time, then make it durable
 //!   (`fdatasync`), rename it into place (hard-link it for `PutMode::Create`, which refuses an
@@ -85,6 +88,10 @@ const STORE: &str = "EagerLocalStore";
 /// Default bound on the files a store keeps open for reading.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 128;
 
+/// Default bound on the read buffers a store keeps for reuse (see
+/// [`LocalStoreOptions::output_pool_bytes`]).
+pub const DEFAULT_OUTPUT_POOL_BYTES: usize = 512 << 20;
+
 /// Options of [`EagerLocalStore::with_options`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -92,11 +99,19 @@ pub struct LocalStoreOptions {
     /// Files kept open for reading (default [`DEFAULT_MAX_OPEN_FILES`]); the least recently
     /// used is closed past it. At least 1.
     pub max_open_files: usize,
+    /// Bytes of free read buffers kept for the next read (default
+    /// [`DEFAULT_OUTPUT_POOL_BYTES`]; 0 keeps none). The buffer of a read of at least
+    /// [`OutputPool::MIN`](eagerio_core::OutputPool::MIN) bytes (a `get_ranges` of a Parquet
+    /// row group's columns) goes back to the store when the last `Bytes` of its result drops,
+    /// and the next large read takes it instead of fresh memory the kernel must zero: the
+    /// allocator returns blocks that large to the kernel at once. Buffers kept stay resident
+    /// until a read takes them or [`EagerLocalStore::output_pool`]'s `clear` frees them.
+    pub output_pool_bytes: usize,
 }
 
 impl Default for LocalStoreOptions {
     fn default() -> LocalStoreOptions {
-        LocalStoreOptions { max_open_files: DEFAULT_MAX_OPEN_FILES }
+        LocalStoreOptions { max_open_files: DEFAULT_MAX_OPEN_FILES, output_pool_bytes: DEFAULT_OUTPUT_POOL_BYTES }
     }
 }
 
@@ -105,6 +120,13 @@ impl LocalStoreOptions {
     #[must_use]
     pub fn max_open_files(mut self, n: usize) -> LocalStoreOptions {
         self.max_open_files = n;
+        self
+    }
+
+    /// Sets [`output_pool_bytes`](Self::output_pool_bytes).
+    #[must_use]
+    pub fn output_pool_bytes(mut self, bytes: usize) -> LocalStoreOptions {
+        self.output_pool_bytes = bytes;
         self
     }
 }
@@ -145,7 +167,8 @@ impl EagerLocalStore {
         let root = Root::open(&base)
             .map_err(|e| generic(std::io::Error::new(e.kind(), format!("{}: {e}", base.display()))))?;
         let fs = LocalFileSystem::new_with_prefix(&base)?.with_fsync(true);
-        Ok(EagerLocalStore { fs, root, files: Arc::new(Mutex::new(OpenFiles::new(opts.max_open_files))) })
+        let files = OpenFiles::new(opts.max_open_files, eagerio_core::OutputPool::new(opts.output_pool_bytes));
+        Ok(EagerLocalStore { fs, root, files: Arc::new(Mutex::new(files)) })
     }
 
     /// The root directory (canonical).
@@ -156,6 +179,12 @@ impl EagerLocalStore {
     /// Files open for reading now.
     pub fn open_files(&self) -> usize {
         self.files.lock().expect("open files").len()
+    }
+
+    /// The read buffers kept for reuse ([`LocalStoreOptions::output_pool_bytes`]): how many
+    /// bytes are kept, how often a read took one, and `clear` to free them.
+    pub fn output_pool(&self) -> Arc<eagerio_core::OutputPool> {
+        self.files.lock().expect("open files").pool().clone()
     }
 
     /// `location`'s file: its absolute path (checked by `LocalFileSystem`'s path rules) and its

@@ -12,7 +12,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use eagerio_core::{GatherFuture, Source};
+use eagerio_core::{GatherFuture, OutputPool, Source};
 use futures::{Future, Stream};
 use object_store::path::Path as ObjectPath;
 
@@ -31,6 +31,8 @@ pub(super) struct OpenFiles {
     map: HashMap<PathBuf, Entry>,
     tick: u64,
     max: usize,
+    /// Shared by every source: large outputs recycled across reads.
+    pool: Arc<OutputPool>,
 }
 
 struct Entry {
@@ -40,8 +42,12 @@ struct Entry {
 }
 
 impl OpenFiles {
-    pub(super) fn new(max: usize) -> OpenFiles {
-        OpenFiles { map: HashMap::new(), tick: 0, max }
+    pub(super) fn new(max: usize, pool: Arc<OutputPool>) -> OpenFiles {
+        OpenFiles { map: HashMap::new(), tick: 0, max, pool }
+    }
+
+    pub(super) fn pool(&self) -> &Arc<OutputPool> {
+        &self.pool
     }
 
     pub(super) fn len(&self) -> usize {
@@ -100,8 +106,10 @@ pub(super) async fn source(
         source
     });
     let source = opened.await.map_err(|e| generic(std::io::Error::other(e)))?;
-    let source = Arc::new(source.map_err(|e| failed(location, e))?);
-    files.lock().expect("open files").insert(rel.to_path_buf(), ident, source.clone());
+    let source = source.map_err(|e| failed(location, e))?;
+    let mut files = files.lock().expect("open files");
+    let source = Arc::new(source.with_output_pool(files.pool.clone()));
+    files.insert(rel.to_path_buf(), ident, source.clone());
     Ok(source)
 }
 

@@ -48,6 +48,7 @@
 //! - `ledger`: the in-flight ledger ([`JobHandle`], the job's extents, parties and output); the
 //!   drain-before-reuse invariant lives there, beside its loom models;
 //! - `future`: [`GatherFuture`] and its states (preparing, armed deadlines, dropped);
+//! - `pool`: [`OutputPool`], large outputs kept for the next gather;
 //! - `stream`: [`GatherStream`], the same gather yielding each request as it lands, and
 //!   `landing`, the job's account of which requests have landed;
 //! - `source`: the user's handles ([`Source`], [`RowTable`]), and `traits`, the object-safe
@@ -57,6 +58,7 @@ mod engine;
 mod future;
 mod landing;
 mod ledger;
+mod pool;
 mod source;
 mod stream;
 mod traits;
@@ -64,6 +66,7 @@ mod traits;
 pub use engine::{remote, ClaimPhase, FileInfo, JobClaims, ReadEngine, Remote};
 pub use future::GatherFuture;
 pub use ledger::{GatherJob, JobHandle};
+pub use pool::OutputPool;
 pub use source::{RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT, DEFAULT_MAX_GAP};
 pub use stream::GatherStream;
 pub use traits::{Gather, GatherRows};

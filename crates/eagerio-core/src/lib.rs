@@ -52,7 +52,7 @@ pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
 pub use gather::{
-    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT,
+    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, OutputPool, RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT,
     DEFAULT_MAX_GAP,
 };
 pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, WriteFuture};

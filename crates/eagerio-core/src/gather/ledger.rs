@@ -34,6 +34,7 @@ use crate::stats::{GatherStats, SourceStats};
 use crate::tune::{DevicePrice, GapTuner, MIN_FIT_READS};
 
 use super::landing::Landing;
+use super::pool::OutputPool;
 
 /// What a job's requests are: rows (their ids, for errors) or byte ranges.
 #[derive(Debug)]
@@ -146,6 +147,8 @@ pub struct GatherJob {
     landing: Option<Landing>,
     /// The gap the plan was made with, and the tuner the job's time goes to.
     tuning: Tuning,
+    /// Where the output goes back to when its last `Bytes` drops.
+    pool: Option<StdArc<OutputPool>>,
 }
 
 // SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
@@ -313,7 +316,11 @@ impl GatherJob {
             // other request whole at its place in the output before the job was made.
             // `reserve(len)` at creation made the capacity.
             unsafe { out.set_len(len) };
-            Ok(std::mem::take(out).freeze())
+            let out = std::mem::take(out);
+            Ok(match &self.pool {
+                Some(pool) => pool.wrap(out),
+                None => out.freeze(),
+            })
         })
     }
 
@@ -563,6 +570,8 @@ pub(super) struct NewJob {
     pub(super) streamed: bool,
     pub(super) span: tracing::Span,
     pub(super) tuning: Tuning,
+    /// Where the output goes back to when its last `Bytes` drops.
+    pub(super) pool: Option<StdArc<OutputPool>>,
 }
 
 /// How a job's plan was tuned: the gap it was planned with and the device's price then; a tuned
@@ -619,6 +628,7 @@ impl GatherJob {
             span: new.span,
             landing,
             tuning: new.tuning,
+            pool: new.pool,
         });
         let handle = JobHandle { job: job.clone() };
         job.span.in_scope(|| {

@@ -26,6 +26,7 @@ use crate::tune::GapTuner;
 
 use super::engine::{FileInfo, ReadEngine};
 use super::future::{split, whole, GatherFuture, Preparing, Started};
+use super::pool::OutputPool;
 use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets, Tuning};
 use super::stream::GatherStream;
 
@@ -39,6 +40,8 @@ pub struct Source<E> {
     timeout: Option<Duration>,
     /// The device's tuner and the source's bound on the tuned gap, when the gap is tuned.
     tuned: Option<(StdArc<GapTuner>, u64)>,
+    /// Where large outputs come from and go back to ([`with_output_pool`](Self::with_output_pool)).
+    pool: Option<StdArc<OutputPool>>,
 }
 
 /// The default gap: two extents closer than this are read as one. A tuned gap starts here.
@@ -60,7 +63,7 @@ impl<E: ReadEngine> Source<E> {
         let opts = PlanOptions { max_gap: DEFAULT_MAX_GAP, align: info.align.max(1), max_read: info.max_read };
         let stats = StdArc::new(SourceStats::new(&info.path));
         let tuned = crate::tune::for_file(&info.path).map(|t| (t, DEFAULT_GAP_LIMIT));
-        Source { engine, opts, stats, residency: None, timeout: None, tuned }
+        Source { engine, opts, stats, residency: None, timeout: None, tuned, pool: None }
     }
 
     /// Turns on the adaptive mode: extents whose pages are resident in the page cache are
@@ -163,6 +166,16 @@ impl<E: ReadEngine> Source<E> {
     /// replaces it.
     pub fn with_timeout(mut self, timeout: Duration) -> Source<E> {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Takes the output buffer of every gather of at least [`OutputPool::MIN`] bytes from
+    /// `pool` when it keeps one, and gives it back when the last `Bytes` of the gather's result
+    /// drops, so that a caller who hands large gathers' bytes away does not pay for fresh,
+    /// zeroed memory each time (see [`OutputPool`]). Such a result's `Bytes` do not convert back
+    /// to a `BytesMut` (`try_into_mut` fails): the pool recycles the buffer instead.
+    pub fn with_output_pool(mut self, pool: StdArc<OutputPool>) -> Source<E> {
+        self.pool = Some(pool);
         self
     }
 
@@ -323,6 +336,7 @@ impl<E: ReadEngine> Source<E> {
             opts,
             tuning,
             residency: self.residency.clone(),
+            pool: self.pool.clone(),
             stats: self.stats.clone(),
             path: StdArc::from(self.engine.info().path.as_path()),
             span: tracing::Span::current(),
@@ -371,6 +385,7 @@ struct Start {
     opts: PlanOptions,
     tuning: Tuning,
     residency: Option<StdArc<Residency>>,
+    pool: Option<StdArc<OutputPool>>,
     stats: StdArc<SourceStats>,
     path: StdArc<Path>,
     /// The caller's span, the parent of the gather's (also on a preparing thread).
@@ -426,6 +441,7 @@ impl Start {
             streamed,
             span,
             tuning: self.tuning,
+            pool: self.pool,
         };
         let mut held = None;
         let job = GatherJob::launch(new, |h| {
@@ -443,6 +459,11 @@ impl Start {
 
     /// Makes `out` empty with room for `len` bytes.
     fn reserve(&self, out: &mut BytesMut, len: u64) {
+        if out.capacity() < len as usize {
+            if let Some(kept) = self.pool.as_ref().and_then(|p| p.take(len as usize)) {
+                *out = kept;
+            }
+        }
         out.clear();
         out.reserve(len as usize);
         if !self.elsewhere {
