@@ -49,6 +49,10 @@ struct Counters {
 /// length is the one the source saw at open.
 ///
 /// Cloning shares the source, its staging and the counters.
+///
+/// A reader that fetches whole row groups and drops their bytes once decoded gets their buffers
+/// recycled with a source made [`with_output_pool`](Source::with_output_pool): large outputs
+/// then reuse the memory of dropped ones instead of fresh pages the kernel must zero.
 #[derive(Debug)]
 pub struct EagerReader<E> {
     source: Arc<Source<E>>,
