@@ -308,8 +308,8 @@ async fn local_store_serves_the_object_store_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_store_recycles_large_read_buffers_within_its_budget() {
     let root = tempfile::tempdir().unwrap();
-    let store = EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().output_pool_bytes(64 << 20))
-        .unwrap();
+    let store =
+        EagerLocalStore::with_options(root.path(), LocalStoreOptions::default().output_pool_bytes(64 << 20)).unwrap();
     let data: Vec<u8> = (0..24u32 << 20).map(|i| (i % 253) as u8 ^ (i >> 20) as u8).collect();
     let path = Path::from("pool.bin");
     store.put(&path, data.clone().into()).await.unwrap();

@@ -52,8 +52,8 @@ pub mod conformance;
 
 pub use error::{Error, Op, Result, Target, WriteFailure};
 pub use gather::{
-    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, OutputPool, RowLayout, RowTable, Source, DEFAULT_GAP_LIMIT,
-    DEFAULT_MAX_GAP,
+    FileInfo, Gather, GatherFuture, GatherRows, GatherStream, OutputPool, RowLayout, RowTable, Source,
+    DEFAULT_GAP_LIMIT, DEFAULT_MAX_GAP,
 };
 pub use sink::{DataSink, FlushFuture, ReadyFuture, Sink, SinkOptions, SinkStats, WriteFuture};
 pub use stats::{GatherStats, HistogramSnapshot, SourceLatencies, SourceTotals};

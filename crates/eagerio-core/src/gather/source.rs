@@ -26,8 +26,8 @@ use crate::tune::GapTuner;
 
 use super::engine::{FileInfo, ReadEngine};
 use super::future::{split, whole, GatherFuture, Preparing, Started};
-use super::pool::OutputPool;
 use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets, Tuning};
+use super::pool::OutputPool;
 use super::stream::GatherStream;
 
 /// A file served by a [`ReadEngine`], gathered by byte ranges.
