@@ -5,7 +5,12 @@
 //! cd clients/datafusion && cargo run --release            # 1M rows x 121 columns, 3 rounds
 //! EAGERIO_DF_ROWS=20000 EAGERIO_DF_RUNS=1 cargo run        # a smoke run
 //! EAGERIO_DF_QUERIES="full scan" cargo run --release     # only the queries named (comma-separated)
+//! cargo run --release -- --warm-loop EagerLocalStore selective 50   # for a profiler, below
 //! ```
+//!
+//! `--warm-loop STORE QUERY N` runs one query warm N times, each on a fresh store and
+//! `SessionContext` (so each run is a first warm run, as in the table), and prints the median:
+//! run it under `perf record -g` to see where a store's warm time goes.
 //!
 //! Each round runs every store in its own child process (so each has its own peak RSS), the
 //! stores in turn: interleaved, so the disk's drift falls on both. A child makes a fresh
@@ -138,20 +143,45 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// A fresh `SessionContext` with `store` registered for `file://` and the file as table `t`.
+async fn context(store: &str, file: &Path) -> Res<SessionContext> {
+    let ctx = SessionContext::new();
+    let file_url = url::Url::parse("file://")?;
+    let os: Arc<dyn object_store_013::ObjectStore> = match store {
+        "LocalFileSystem" => Arc::new(object_store_013::local::LocalFileSystem::new()),
+        "EagerLocalStore" => Arc::new(compat::Compat(Arc::new(eagerio::local_store::EagerLocalStore::new("/")?))),
+        other => return Err(format!("unknown store {other}").into()),
+    };
+    ctx.register_object_store(&file_url, os);
+    ctx.register_parquet("t", file.to_str().ok_or("path")?, ParquetReadOptions::default()).await?;
+    Ok(ctx)
+}
+
+/// `--warm-loop`: `query` warm `n` times on `store`, each on a fresh context; prints the median.
+fn warm_loop(store: &str, query: &str, n: usize, file: &Path, rows: u64) -> Res<()> {
+    let sql = queries(rows).into_iter().find(|(q, _)| *q == query).ok_or(format!("no query {query:?}"))?.1;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut times = rt.block_on(async {
+        let mut times = Vec::new();
+        for _ in 0..n {
+            let ctx = context(store, file).await?;
+            cache(file)?;
+            let t = Instant::now();
+            ctx.sql(&sql).await?.collect().await?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Res::Ok(times)
+    })?;
+    println!("{store} {query} warm, {n} fresh contexts: median {:.2} ms", median(&mut times));
+    Ok(())
+}
+
 /// One child: every query on `store`, cold then warm; prints `q <name> <cold ms> <warm ms>
 /// <hash> <rows>` lines and `rss <KiB>`.
 fn child(store: &str, file: &Path, rows: u64) -> Res<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
-        let ctx = SessionContext::new();
-        let file_url = url::Url::parse("file://")?;
-        let os: Arc<dyn object_store_013::ObjectStore> = match store {
-            "LocalFileSystem" => Arc::new(object_store_013::local::LocalFileSystem::new()),
-            "EagerLocalStore" => Arc::new(compat::Compat(Arc::new(eagerio::local_store::EagerLocalStore::new("/")?))),
-            other => return Err(format!("unknown store {other}").into()),
-        };
-        ctx.register_object_store(&file_url, os);
-        ctx.register_parquet("t", file.to_str().ok_or("path")?, ParquetReadOptions::default()).await?;
+        let ctx = context(store, file).await?;
         for (name, sql) in queries(rows) {
             evict(file)?;
             let t = Instant::now();
@@ -195,6 +225,9 @@ fn main() -> Res<()> {
     let file = std::fs::canonicalize(&dir).unwrap_or(dir.clone()).join(format!("wide-{rows}.parquet"));
     if args.len() == 3 && args[1] == "--child" {
         return child(&args[2], &file, rows);
+    }
+    if args.len() == 5 && args[1] == "--warm-loop" {
+        return warm_loop(&args[2], &args[3], args[4].parse()?, &file, rows);
     }
     let runs = env_or("EAGERIO_DF_RUNS", 3)?;
     std::fs::create_dir_all(&dir)?;

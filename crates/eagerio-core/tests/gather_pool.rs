@@ -56,3 +56,27 @@ fn pool_recycles_a_large_output_once_its_bytes_are_dropped() {
     check(&block_on(s.gather_ranges(&small).unwrap()).unwrap(), &small);
     assert_eq!(pool.reused(), 1);
 }
+
+#[test]
+fn pool_gets_back_the_outputs_of_streams_and_of_futures_never_awaited() {
+    let pool = OutputPool::new(64 << 20);
+    let s = source(&pool);
+    // A future dropped unawaited: its job (settled at once on this engine) gives the output back.
+    drop(s.gather_ranges(std::slice::from_ref(&(0..5 * MIB))).unwrap());
+    assert_eq!(pool.held() as u64, 5 * MIB);
+    // A stream takes the kept buffer; its rows are views of it, so it comes back only when the
+    // stream and every row yielded are gone.
+    let ranges = [MIB..3 * MIB, 7 * MIB..10 * MIB];
+    let mut stream = s.gather_ranges_stream(&ranges).unwrap();
+    assert_eq!((pool.reused(), pool.held()), (1, 0));
+    let mut rows: Vec<(usize, bytes::Bytes)> = Vec::new();
+    while let Some(row) = block_on(stream.next()) {
+        rows.push(row.unwrap());
+    }
+    drop(stream);
+    assert_eq!(pool.held(), 0, "the rows still hold the output");
+    rows.sort_by_key(|r| r.0);
+    check(&rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>(), &ranges);
+    drop(rows);
+    assert_eq!(pool.held() as u64, 5 * MIB);
+}

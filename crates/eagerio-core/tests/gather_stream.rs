@@ -258,3 +258,41 @@ fn stream_large_deadline_counts_every_request_not_yielded() {
     engine.open();
     engine.join();
 }
+
+#[test]
+fn stream_rows_are_views_of_the_output_that_outlive_the_stream() {
+    let engine = GatedEngine::new();
+    let table = table(&engine);
+    let rows = [5, 900, 40_000, 7];
+    let mut stream = table.gather_stream(&rows).unwrap();
+    // Opens the gate when told, or in 5 s whatever happens, so a first row that waited for it
+    // fails below instead of hanging.
+    let (go, told) = std::sync::mpsc::channel::<()>();
+    let opener = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let _ = told.recv_timeout(Duration::from_secs(5));
+            engine.open();
+        })
+    };
+    let t = Instant::now();
+    // The first row lands while the others are held; the stream is then dropped, which cancels
+    // them. The row stays readable: it keeps the gather's output.
+    let (i, first) = block_on(stream.next()).expect("a first row").expect("no error");
+    assert!(t.elapsed() < Duration::from_secs(4), "the first row waited for the held reads");
+    assert_eq!((i, &first[..]), (0, engine.row(5)));
+    drop(stream);
+    let _ = go.send(());
+    opener.join().unwrap();
+    engine.join();
+    assert_eq!(&first[..], engine.row(5), "a yielded row outlives its stream");
+    // Every row of a whole stream lies in one buffer, at its place in request order: no copy.
+    let got = rest(&mut table.gather_stream(&rows).unwrap());
+    engine.join();
+    let mut base = None;
+    for (i, b) in got.into_iter().map(Result::unwrap) {
+        assert_eq!(&b[..], engine.row(rows[i]));
+        let at = b.as_ptr() as usize - i * ROW as usize;
+        assert_eq!(*base.get_or_insert(at), at, "row {i} is not a view of the output");
+    }
+}

@@ -270,9 +270,10 @@ fn dropped_future_then_gather() {
     });
 }
 
-/// (c3) A streamed gather dropped after its first range: the range it yielded is right, the
-/// other's read keeps its slot until it completes, and the next gather (contending for the one
-/// slot) is correct; nothing leaked, nothing was handed back twice.
+/// (c3) A streamed gather dropped after its first range: the range it yielded is right, and
+/// stays right while the other's read completes into the same output (it is a view of it, not a
+/// copy); that read keeps its slot until it completes, and the next gather (contending for the
+/// one slot) is correct; nothing leaked, nothing was handed back twice.
 #[test]
 fn dropped_stream_then_gather() {
     explore(|| {
@@ -283,6 +284,7 @@ fn dropped_stream_then_gather() {
         assert_eq!(bytes.to_vec(), expected(&data, FIRST)[i], "range {i}");
         drop(stream);
         next_gather_then_drained(&data, &staging, &source);
+        assert_eq!(bytes.to_vec(), expected(&data, FIRST)[i], "range {i}, after the stream");
     });
 }
 

@@ -64,9 +64,11 @@ impl Targets {
 #[derive(Clone, Copy)]
 struct OutPtr(*mut u8);
 
-// SAFETY: the pointer targets the job's output buffer, which lives as long as the job. Parties
-// write disjoint piece ranges through it (planner invariant) and the future reads the buffer only
-// after every party is gone (Acquire on `parties`), so sharing it across threads is sound.
+// SAFETY: the pointer targets the job's output buffer, which lives as long as the job (and, for a
+// streamed job, as long as any view of it). Parties write disjoint piece ranges through it
+// (planner invariant); the future reads the buffer only after every party is gone (Acquire on
+// `parties`), and a stream's view reads only a request whose pieces were all written and are
+// never written again (the landing's `AcqRel` count), so sharing it across threads is sound.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
@@ -106,6 +108,8 @@ pub struct GatherJob {
     path: StdArc<Path>,
     out: UnsafeCell<BytesMut>,
     out_ptr: OutPtr,
+    /// A streamed job's output (then `out` is empty), shared with the views it yields.
+    streamed_out: Option<StdArc<StreamOutput>>,
     next: AtomicUsize,
     /// The extents left for the engine when some were served resident (adaptive mode).
     order: Option<Vec<u32>>,
@@ -147,13 +151,15 @@ pub struct GatherJob {
     landing: Option<Landing>,
     /// The gap the plan was made with, and the tuner the job's time goes to.
     tuning: Tuning,
-    /// Where the output goes back to when its last `Bytes` drops.
+    /// Where the output goes back to: when the result's last `Bytes` drops, or with the job if
+    /// no future took it.
     pool: Option<StdArc<OutputPool>>,
 }
 
 // SAFETY: the only non-`Sync` field is `out`, whose cell is accessed once, by the future, after
-// every party is gone (Acquire on `parties`); parties write the buffer through `out_ptr` at
-// disjoint offsets (see `OutPtr`).
+// every party is gone (Acquire on `parties`), or by `Drop`; parties write the buffer through
+// `out_ptr` at disjoint offsets, and a streamed job's views read only requests that landed,
+// which no party writes again (see `OutPtr`).
 unsafe impl Sync for GatherJob {}
 // SAFETY: nothing in the job is tied to a thread.
 unsafe impl Send for GatherJob {}
@@ -301,6 +307,8 @@ impl GatherJob {
     }
 
     pub(super) fn take_output(&self) -> Result<Bytes> {
+        // A streamed job's output is owned apart (`streamed_out`); `out` is empty.
+        assert!(self.landing.is_none(), "a streamed job's output is never taken");
         if let Some(e) = self.failure() {
             return Err(e);
         }
@@ -324,20 +332,64 @@ impl GatherJob {
         })
     }
 
-    /// A streamed job's next request whose every byte is in the output, as its index and a copy
-    /// of its bytes; `None` if none is waiting, and then the next landing wakes `waker`. Always
-    /// `None` for a job that is not streamed.
+    /// A streamed job's next request whose every byte is in the output, as its index and its
+    /// bytes: a view of the output, not a copy (it keeps the output, and nothing else of the job,
+    /// alive); `None` if none is waiting, and then the next landing wakes `waker`. Always `None`
+    /// for a job that is not streamed.
     pub(super) fn next_landed(&self, waker: &Waker) -> Option<(usize, Bytes)> {
         let (r, start) = self.landing.as_ref()?.next(waker)?;
-        let (start, len) = (start as usize, self.requests[r].1 as usize);
-        // SAFETY: request `r` was queued once its last piece was copied to the output (or before
-        // the job existed, for a request the page cache served), and the `AcqRel` count and the
-        // queue's lock order every one of those copies before this read. No party writes these
-        // bytes again: each extent completes once, and no two pieces of a plan share an output
-        // byte. `start + len <= out_len`, within the capacity reserved at creation, and the
-        // buffer lives as long as the job.
-        let bytes = unsafe { std::slice::from_raw_parts(self.out_ptr.0.add(start), len) };
-        Some((r, Bytes::copy_from_slice(bytes)))
+        let out = self.streamed_out.clone().expect("a streamed job owns its output apart");
+        // SAFETY: `start + len <= out_len`, within the capacity reserved at creation.
+        let at = OutPtr(unsafe { self.out_ptr.0.add(start as usize) });
+        Some((r, Bytes::from_owner(OutputView { _out: out, at, len: self.requests[r].1 as usize })))
+    }
+}
+
+impl Drop for GatherJob {
+    /// Every party is gone: an output no future took (a failed or dropped gather) goes back to
+    /// the pool, if the source has one.
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            // SAFETY: `&mut self`: nothing else holds the job, and no party is left to write.
+            pool.give_back(self.out.with_mut(|out| unsafe { std::mem::take(&mut *out) }));
+        }
+    }
+}
+
+/// A streamed job's output, owned apart from the job so that the requests it yields can read it
+/// in place ([`OutputView`]) without keeping the job (its plan, span, wakers) alive. The job
+/// holds it too, so it lives while any party may write it; back to the pool, if any, when the
+/// job and every view are gone.
+struct StreamOutput {
+    buf: BytesMut,
+    pool: Option<StdArc<OutputPool>>,
+}
+
+impl Drop for StreamOutput {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            pool.give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+/// The bytes of one request a streamed job yielded, in its output.
+struct OutputView {
+    _out: StdArc<StreamOutput>,
+    at: OutPtr,
+    len: usize,
+}
+
+impl AsRef<[u8]> for OutputView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the request was queued once its last piece was copied to the output (or
+        // before the job existed, for a request the page cache served), and the `AcqRel` count
+        // and the queue's lock order every one of those copies before this read. No party
+        // writes these bytes again: each extent completes once, and no two pieces of a plan
+        // share an output byte, so the copies of reads still in flight never touch them. The
+        // buffer is neither moved nor freed while `_out` lives (its `BytesMut` keeps length 0:
+        // nothing else makes a reference to its bytes).
+        unsafe { std::slice::from_raw_parts(self.at.0, self.len) }
     }
 }
 
@@ -590,6 +642,11 @@ impl GatherJob {
     pub(super) fn launch(new: NewJob, submit: impl FnOnce(JobHandle)) -> Arc<GatherJob> {
         let mut out = new.out;
         let out_ptr = OutPtr(out.as_mut_ptr());
+        // A streamed job's output is owned apart, shared with the views it yields.
+        let (out, streamed_out) = match new.streamed {
+            true => (BytesMut::new(), Some(StdArc::new(StreamOutput { buf: out, pool: new.pool.clone() }))),
+            false => (out, None),
+        };
         let extent_states = extent_states(new.plan.extents().len(), new.order.as_deref());
         let claimed_at = (0..new.plan.extents().len()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect();
         let unread = |i: usize| extent_states[i].load(Ordering::Relaxed) != ExtentState::DONE;
@@ -601,6 +658,7 @@ impl GatherJob {
             path: new.path,
             out: UnsafeCell::new(out),
             out_ptr,
+            streamed_out,
             next: AtomicUsize::new(0),
             order: new.order,
             extent_states,

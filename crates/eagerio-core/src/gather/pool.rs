@@ -24,9 +24,10 @@ use bytes::{Bytes, BytesMut};
 /// [`clear`](Self::clear) frees them, or the pool and every output of it are dropped.
 ///
 /// # Which buffer a gather takes
-/// The smallest kept buffer with room for its output, or else the largest kept one, grown in
-/// place by the allocator (its pages already faulted in stay). Outputs below [`MIN`](Self::MIN)
-/// bytes never touch the pool. The pool only ever holds buffers no gather and no `Bytes` refers
+/// The smallest kept buffer with room for its output, or else the largest kept one, grown by the
+/// allocator to fit (a block the allocator maps, as glibc does above 32 MiB, keeps the pages it
+/// had; a smaller one may be copied). Outputs below [`MIN`](Self::MIN) bytes never touch the
+/// pool. The pool only ever holds buffers no gather and no `Bytes` refers
 /// to: a buffer comes back when the last `Bytes` sharing it drops, after its job settled.
 #[derive(Debug)]
 pub struct OutputPool {
@@ -96,8 +97,8 @@ impl OutputPool {
         drop(free);
         buf.clear();
         if buf.capacity() < len {
-            // Grown to exactly `len` (`BytesMut::reserve` would double it): the allocator
-            // moves a large block's pages (`mremap`) rather than copying or zeroing them.
+            // Grown to exactly `len` (`BytesMut::reserve` would double it): `realloc` of a block
+            // the allocator maps moves its pages (`mremap`) rather than copying or zeroing them.
             let mut v = Vec::from(buf);
             v.reserve_exact(len);
             // An unshared, empty `Bytes` becomes a `BytesMut` of the same block, not a copy.
@@ -109,15 +110,16 @@ impl OutputPool {
     /// The bytes of a settled gather's output `out`, giving it back to the pool when the last
     /// `Bytes` sharing it drops (a small output is frozen as usual).
     pub(super) fn wrap(self: &Arc<Self>, out: BytesMut) -> Bytes {
-        if out.capacity() < Self::MIN {
+        if out.len() < Self::MIN {
             return out.freeze();
         }
         Bytes::from_owner(Pooled { buf: out, pool: self.clone() })
     }
 
-    fn give_back(&self, buf: BytesMut) {
+    /// Keeps `buf`, which nothing else refers to, for a later gather (within the budget).
+    pub(super) fn give_back(&self, buf: BytesMut) {
         let cap = buf.capacity();
-        if cap > self.budget {
+        if cap < Self::MIN || cap > self.budget {
             return;
         }
         let mut free = self.lock();
@@ -177,7 +179,7 @@ mod tests {
         assert_eq!(&b[..], &[7u8; 10]);
         drop(b);
         assert!(pool.held() >= 8 * M);
-        let again = pool.take(6 * M).expect("the kept buffer");
+        let again = pool.take(OutputPool::MIN).expect("the kept buffer: MIN itself is pooled");
         assert!(again.capacity() >= 8 * M && again.is_empty());
         assert_eq!((pool.held(), pool.reused()), (0, 1));
     }
@@ -193,18 +195,22 @@ mod tests {
         assert_eq!(pool.take(M), None, "below MIN");
         assert_eq!(pool.take(5 * M).map(|b| b.capacity() / M), Some(8));
         assert_eq!(pool.take(5 * M).map(|b| b.capacity()), None);
+        assert_eq!(pool.reused(), 3);
     }
 
     #[test]
     fn pool_keeps_within_its_budget_newest_first() {
         let pool = OutputPool::new(20 * M);
         drop(output(&pool, 8 * M, 0));
-        drop(output(&pool, 9 * M, 0));
-        assert_eq!(pool.held() / M, 17);
-        drop(output(&pool, 10 * M, 0));
-        assert_eq!(pool.held() / M, 19, "the oldest (8 MiB) went");
+        drop(output(&pool, 12 * M, 0));
+        assert_eq!(pool.held() / M, 20, "exactly the budget");
+        drop(output(&pool, 5 * M, 0));
+        assert_eq!(pool.held() / M, 17, "the oldest (8 MiB) went, and only it");
         drop(output(&pool, 21 * M, 0));
-        assert_eq!(pool.held() / M, 19, "larger than the budget: freed at once");
+        assert_eq!(pool.held() / M, 17, "larger than the budget: freed at once");
+        let exact = OutputPool::new(8 * M);
+        drop(output(&exact, 8 * M, 0));
+        assert_eq!(exact.held() / M, 8, "as large as the budget: kept");
         pool.clear();
         assert_eq!(pool.held(), 0);
         assert_eq!(pool.take(5 * M).map(|b| b.capacity()), None);
@@ -218,5 +224,7 @@ mod tests {
         let pool = OutputPool::new(64 * M);
         drop(output(&pool, OutputPool::MIN - 1, 1));
         assert_eq!(pool.held(), 0);
+        drop(output(&pool, OutputPool::MIN, 1));
+        assert_eq!(pool.held(), OutputPool::MIN, "MIN itself is pooled");
     }
 }

@@ -251,7 +251,9 @@ impl<E: ReadEngine> Source<E> {
     }
 
     /// [`gather_ranges`](Self::gather_ranges) into a caller's buffer, reused when its capacity
-    /// suffices (recover it from a result with `Bytes::try_into_mut`).
+    /// suffices (recover it from a result with `Bytes::try_into_mut`, unless the source has an
+    /// [output pool](Self::with_output_pool) and the output is of at least
+    /// [`OutputPool::MIN`] bytes: the pool then takes it back).
     ///
     /// # Errors
     /// As [`gather_ranges`](Self::gather_ranges).
@@ -265,7 +267,7 @@ impl<E: ReadEngine> Source<E> {
     /// whole gather's.
     ///
     /// The reads are submitted before this returns, as for [`gather_ranges`](Self::gather_ranges),
-    /// on the same plan; each range's bytes are copied out of the gather's output as it lands.
+    /// on the same plan; each range's bytes are a view of the gather's output (no copy).
     ///
     /// # Errors
     /// As [`gather_ranges`](Self::gather_ranges), before any I/O.
@@ -424,7 +426,7 @@ impl Start {
         // lane they cost twice the copy itself). The job cannot settle, and so its output cannot
         // leave it, while this thread holds a party.
         let populate = (elsewhere && done < plan.extents().len() && plan.out_len() >= POPULATE_MIN)
-            .then(|| (out.as_mut_ptr(), out.capacity()));
+            .then(|| (out.as_mut_ptr(), plan.out_len() as usize));
         let new = NewJob {
             plan,
             requests,
@@ -606,7 +608,9 @@ impl<E: ReadEngine> RowTable<E> {
     }
 
     /// [`gather`](Self::gather) into a caller's buffer, reused when its capacity suffices
-    /// (recover it from a result with `Bytes::try_into_mut`).
+    /// (recover it from a result with `Bytes::try_into_mut`, unless the source has an
+    /// [output pool](Source::with_output_pool) and the output is of at least
+    /// [`OutputPool::MIN`] bytes: the pool then takes it back).
     ///
     /// # Errors
     /// As [`gather`](Self::gather).
@@ -619,7 +623,7 @@ impl<E: ReadEngine> RowTable<E> {
     /// index.
     ///
     /// The reads are submitted before this returns, as for [`gather`](Self::gather), on the same
-    /// plan; each row is copied out of the gather's output as it lands.
+    /// plan; each row's bytes are a view of the gather's output (no copy).
     ///
     /// # Errors
     /// As [`gather`](Self::gather), before any I/O.

@@ -3,8 +3,8 @@
 //!
 //! It is the same gather as a [`GatherFuture`](super::GatherFuture)'s, started the same way (in
 //! the call, or by a preparing thread for a large one); its job only also keeps account of which
-//! requests have every byte in the output (`super::landing`), and the stream copies each out as
-//! it is yielded. A large one is two jobs, so that its first rows do not wait for the whole plan:
+//! requests have every byte in the output (`super::landing`), and the stream yields each as a
+//! view of the output, not a copy. A large one is two jobs, so that its first rows do not wait for the whole plan:
 //! its head ([`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests), planned and submitted in the
 //! call, and the rest, prepared elsewhere; the stream polls both and names each request by its
 //! place in the call. Dropping it ends its jobs as dropping a future does; the ledger keeps every
@@ -39,8 +39,9 @@ use super::ledger::{Ending, GatherJob};
 /// [`Source::gather_ranges_stream`]); for a large gather, the call submits the first
 /// [`STREAM_HEAD`](crate::prepare::STREAM_HEAD) requests' reads and a preparing thread plans and
 /// submits the rest's at once (a request asked for in both parts is read by each). Polling only
-/// waits, and copies each request's bytes out of the gather's output (the one cost a
-/// [`GatherFuture`](super::GatherFuture) does not have: a `memcpy` of the bytes).
+/// waits. Each yielded `Bytes` is a view of its job's output, as a future's are, not a copy: it
+/// keeps that output allocated until every `Bytes` yielded from it is dropped (copy a row with
+/// `Bytes::copy_from_slice` to keep it alone).
 ///
 /// Dropping it cancels what is left to read, as dropping a gather future does; reads already in
 /// flight keep their buffers until they complete, and the source stays fully usable.
