@@ -28,7 +28,15 @@ pub(super) struct Landing {
 struct Landed {
     ready: VecDeque<u32>,
     waker: Option<Waker>,
+    /// A landing woke the stream already.
+    woke: bool,
 }
+
+/// Landings queued before the stream is woken, after the first (which wakes it at once): a
+/// stream that keeps up would otherwise be woken for nearly every request, a context switch
+/// each on the consumer's side and a futex wake each on the reading thread's. Requests queued
+/// below it are yielded at the next wake, at the latest when the job ends (its own wake).
+const WAKE_BATCH: usize = 16;
 
 impl Landing {
     /// The account of a job about to start: every request waits for its pieces in the extents
@@ -53,12 +61,12 @@ impl Landing {
         Landing {
             remaining: left.into_iter().map(AtomicUsize::new).collect(),
             starts,
-            queue: Mutex::new(Landed { ready, waker: None }),
+            queue: Mutex::new(Landed { ready, waker: None, woke: false }),
         }
     }
 
-    /// An extent's `pieces` are in the output: queues the requests they complete and wakes the
-    /// stream.
+    /// An extent's `pieces` are in the output: queues the requests they complete, and wakes the
+    /// stream for the first of the job's landings and then for every [`WAKE_BATCH`] queued.
     pub(super) fn landed(&self, pieces: &[Piece]) {
         let mut queue = None;
         for p in pieces {
@@ -66,7 +74,13 @@ impl Landing {
                 queue.get_or_insert_with(|| lock(&self.queue)).ready.push_back(p.request);
             }
         }
-        if let Some(w) = queue.and_then(|mut q| q.waker.take()) {
+        let Some(mut q) = queue else { return };
+        if q.woke && q.ready.len() < WAKE_BATCH {
+            return;
+        }
+        q.woke = true;
+        if let Some(w) = q.waker.take() {
+            drop(q);
             wake(w);
         }
     }
@@ -82,5 +96,55 @@ impl Landing {
             return None;
         };
         Some((r as usize, self.starts[r as usize]))
+    }
+}
+
+#[cfg(all(test, not(eagerio_loom)))]
+mod tests {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+    use std::task::{Wake, Waker};
+
+    use super::*;
+    use crate::plan::PlanOptions;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn landing_wakes_for_the_first_then_for_every_batch() {
+        // 40 requests far apart: one extent each, landing one at a time while the stream keeps
+        // up (it drains the queue after every wake, which registers its waker again).
+        let requests: Vec<(u64, u64)> = (0..40).map(|i| (i * 65_536, 100)).collect();
+        let plan = Plan::new(&requests, &PlanOptions { max_gap: 0, align: 1, max_read: 4096 }).unwrap();
+        let landing = Landing::new(&plan, &requests, |_| true);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        assert!(landing.next(&waker).is_none(), "nothing landed yet");
+        let (mut yielded, mut seen) = (Vec::new(), 0);
+        for i in 0..plan.extents().len() {
+            landing.landed(plan.pieces(i));
+            if count.0.load(Ordering::SeqCst) > seen {
+                seen = count.0.load(Ordering::SeqCst);
+                while let Some((r, _)) = landing.next(&waker) {
+                    yielded.push(r);
+                }
+            }
+        }
+        // The first landing, then the 17th and the 33rd; the 7 after wait for the job's end.
+        assert_eq!(seen, 3, "one wake for the first landing, then one per {WAKE_BATCH}");
+        assert_eq!(yielded.len(), 33);
+        while let Some((r, _)) = landing.next(&waker) {
+            yielded.push(r);
+        }
+        yielded.sort_unstable();
+        assert_eq!(yielded, (0..40).collect::<Vec<_>>());
     }
 }

@@ -43,6 +43,14 @@ use super::ledger::{Ending, GatherJob};
 /// keeps that output allocated until every `Bytes` yielded from it is dropped (copy a row with
 /// `Bytes::copy_from_slice` to keep it alone).
 ///
+/// # When a request is yielded
+/// The stream's task is woken for its job's first landing at once, and then once every 16
+/// landings: a stream that keeps up would otherwise be woken for nearly every request, a
+/// context switch on its side and a wake-up call on the reading thread's for each. A request
+/// that lands between two wakes is yielded at the next one, and at the latest when its job
+/// ends; at depth, that is tens of microseconds after its read. A poll yields every request
+/// landed so far, woken or not.
+///
 /// Dropping it cancels what is left to read, as dropping a gather future does; reads already in
 /// flight keep their buffers until they complete, and the source stays fully usable.
 ///
