@@ -51,6 +51,11 @@ fn pool_recycles_a_large_output_once_its_bytes_are_dropped() {
     assert_eq!((pool.reused(), pool.held()), (1, 0));
     assert_eq!(got[0].as_ptr(), buffer, "the second gather's output is the first's buffer");
     drop(got);
+    // A caller's buffer with room enough is used as it is; the pool keeps what it has.
+    let exact = [MIB..4 * MIB, 8 * MIB..10 * MIB];
+    let got = block_on(s.gather_ranges_into(&exact, bytes::BytesMut::with_capacity(5 * MIB as usize)).unwrap());
+    check(&got.unwrap(), &exact);
+    assert_eq!(pool.reused(), 1, "the caller's buffer sufficed");
     // A small gather leaves the pool alone.
     let small = [0..MIB / 2, MIB / 2..MIB];
     check(&block_on(s.gather_ranges(&small).unwrap()).unwrap(), &small);
