@@ -338,3 +338,29 @@ async fn local_store_recycles_large_read_buffers_within_its_budget() {
     drop(off.get_ranges(&path, &first).await.unwrap());
     assert_eq!((off.output_pool().reused(), off.output_pool().held()), (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_store_unmap_resident_lets_an_eviction_take_every_page() {
+    let (root, store) = store();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    let path = Path::from("warm.bin");
+    let file = root.path().join("warm.bin");
+    store.put(&path, data.clone().into()).await.unwrap();
+    let resident = || eagerio_core::sys::resident_bytes(&std::fs::File::open(&file).unwrap()).unwrap();
+    // Warm: the read copies the cached pages through the file's mapping.
+    std::fs::read(&file).unwrap();
+    let ranges: Vec<_> = (0..1000u64).map(|i| i * 4000 + 9..i * 4000 + 99).collect();
+    let got = store.get_ranges(&path, &ranges).await.unwrap();
+    assert!(got[500][..] == data[2_000_009..2_000_099]);
+    eagerio_core::sys::evict(&file).unwrap();
+    let kept = resident();
+    assert!(
+        kept >= 900 * 4096,
+        "the pages the read copied stay mapped, and the eviction skips them: {kept} bytes kept"
+    );
+    store.unmap_resident();
+    eagerio_core::sys::evict(&file).unwrap();
+    assert_eq!(resident(), 0, "unmapped, every page is evicted");
+    // The store still reads, now from the device.
+    assert!(store.get_ranges(&path, &ranges).await.unwrap()[999][..] == data[3_996_009..3_996_099]);
+}

@@ -187,6 +187,15 @@ impl EagerLocalStore {
         self.files.lock().expect("open files").pool().clone()
     }
 
+    /// Drops the page-table entries of every open file's mapping, so that evicting the files
+    /// (`posix_fadvise(DONTNEED)`, `drop_caches`) takes every page. Reads copy cached pages
+    /// through a mapping of the file, and the kernel skips mapped pages when it evicts (see
+    /// [`eagerio_core::residency`]); memory pressure still reclaims them. For benchmarks and
+    /// tests that evict on purpose; reads need nothing of it.
+    pub fn unmap_resident(&self) {
+        self.files.lock().expect("open files").unmap_resident();
+    }
+
     /// `location`'s file: its absolute path (checked by `LocalFileSystem`'s path rules) and its
     /// path relative to the root.
     fn paths(&self, location: &ObjectPath) -> object_store::Result<(PathBuf, PathBuf)> {

@@ -76,6 +76,10 @@ impl OpenFiles {
         self.map.insert(rel, Entry { source, ident, used: self.tick });
     }
 
+    pub(super) fn unmap_resident(&self) {
+        self.map.values().for_each(|e| e.source.unmap_resident());
+    }
+
     /// Closes the source of `rel`, if open: its object was replaced or deleted, and the
     /// descriptor would keep the old file's blocks allocated.
     pub(super) fn forget(&mut self, rel: &Path) {

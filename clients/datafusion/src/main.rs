@@ -8,6 +8,9 @@
 //! cargo run --release -- --warm-loop EagerLocalStore selective 50   # for a profiler, below
 //! ```
 //!
+//! `EAGERIO_DF_TRACE=1` (with `--child STORE`) logs every read the store serves, with its time
+//! and ranges, and marks each query's start and end (`src/trace.rs`).
+//!
 //! `--warm-loop STORE QUERY N` runs one query warm N times, each on a fresh store and
 //! `SessionContext` (so each run is a first warm run, as in the table), and prints the median:
 //! run it under `perf record -g` to see where a store's warm time goes.
@@ -20,6 +23,7 @@
 //! a hash of the sorted, formatted result; the parent checks that both stores' results agree.
 
 mod compat;
+mod trace;
 
 use std::{
     collections::hash_map::DefaultHasher,
@@ -29,6 +33,8 @@ use std::{
     sync::Arc,
     time::Instant,
 };
+
+use eagerio::local_store::EagerLocalStore;
 
 use datafusion::{
     arrow::{
@@ -143,18 +149,25 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// A fresh `SessionContext` with `store` registered for `file://` and the file as table `t`.
-async fn context(store: &str, file: &Path) -> Res<SessionContext> {
+/// A fresh `SessionContext` with `store` registered for `file://` and the file as table `t`,
+/// and the eagerio store if it is that one.
+async fn context(store: &str, file: &Path) -> Res<(SessionContext, Option<Arc<EagerLocalStore>>)> {
     let ctx = SessionContext::new();
     let file_url = url::Url::parse("file://")?;
+    let mut eager = None;
     let os: Arc<dyn object_store_013::ObjectStore> = match store {
         "LocalFileSystem" => Arc::new(object_store_013::local::LocalFileSystem::new()),
-        "EagerLocalStore" => Arc::new(compat::Compat(Arc::new(eagerio::local_store::EagerLocalStore::new("/")?))),
+        "EagerLocalStore" => {
+            let s = Arc::new(EagerLocalStore::new("/")?);
+            eager = Some(s.clone());
+            Arc::new(compat::Compat(s))
+        }
         other => return Err(format!("unknown store {other}").into()),
     };
+    let os: Arc<dyn object_store_013::ObjectStore> = if trace::enabled() { Arc::new(trace::Traced(os)) } else { os };
     ctx.register_object_store(&file_url, os);
     ctx.register_parquet("t", file.to_str().ok_or("path")?, ParquetReadOptions::default()).await?;
-    Ok(ctx)
+    Ok((ctx, eager))
 }
 
 /// `--warm-loop`: `query` warm `n` times on `store`, each on a fresh context; prints the median.
@@ -164,7 +177,7 @@ fn warm_loop(store: &str, query: &str, n: usize, file: &Path, rows: u64) -> Res<
     let mut times = rt.block_on(async {
         let mut times = Vec::new();
         for _ in 0..n {
-            let ctx = context(store, file).await?;
+            let (ctx, _) = context(store, file).await?;
             cache(file)?;
             let t = Instant::now();
             ctx.sql(&sql).await?.collect().await?;
@@ -181,27 +194,52 @@ fn warm_loop(store: &str, query: &str, n: usize, file: &Path, rows: u64) -> Res<
 fn child(store: &str, file: &Path, rows: u64) -> Res<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
-        let ctx = context(store, file).await?;
+        let (ctx, eager) = context(store, file).await?;
         for (name, sql) in queries(rows) {
+            // Pages eagerio copied through its mapping of the file stay mapped, and an eviction
+            // skips mapped pages: unmapped first, the cold run is cold.
+            if let Some(s) = &eager {
+                s.unmap_resident();
+            }
             evict(file)?;
-            let t = Instant::now();
+            trace::mark(&format!("{name} cold"));
+            let (t, from) = (Instant::now(), trace::now());
             let cold = ctx.sql(&sql).await?.collect().await?;
+            trace::mark("end");
             let cold_ms = t.elapsed().as_secs_f64() * 1e3;
+            let (cold_io, cold_bytes) = trace::io_since(from);
             cache(file)?;
-            let t = Instant::now();
+            trace::mark(&format!("{name} warm"));
+            let (t, from) = (Instant::now(), trace::now());
             let warm = ctx.sql(&sql).await?.collect().await?;
+            trace::mark("end");
             let warm_ms = t.elapsed().as_secs_f64() * 1e3;
+            let (warm_io, _) = trace::io_since(from);
             let (hc, n) = digest(&cold)?;
             let (hw, _) = digest(&warm)?;
             if hc != hw {
                 let (c, w) = (pretty_format_batches(&cold)?, pretty_format_batches(&warm)?);
                 return Err(format!("{store} {name}: the cold and warm results differ:\ncold:\n{c}\nwarm:\n{w}").into());
             }
-            println!("q\t{name}\t{cold_ms:.2}\t{warm_ms:.2}\t{hc:016x}\t{n}");
+            println!("q\t{name}\t{cold_ms:.2}\t{warm_ms:.2}\t{hc:016x}\t{n}\t{cold_io:.2}\t{warm_io:.2}\t{cold_bytes}");
         }
         println!("rss\t{}", peak_rss_kib());
         Res::Ok(())
     })
+}
+
+/// fio's random direct reads of `file` in 256 KiB blocks at depth 32, read-only, in MB/s.
+fn fio_mb_per_s(file: &Path) -> Option<f64> {
+    let out = Command::new("fio")
+        .args(["--name=bw", "--readonly", "--rw=randread", "--bs=256k", "--iodepth=32", "--ioengine=io_uring"])
+        .args(["--direct=1", "--runtime=3", "--time_based", "--output-format=terse"])
+        .arg(format!("--filename={}", file.display()))
+        .output()
+        .ok()?;
+    // Terse v3: field 7 is the read bandwidth in KiB/s.
+    let text = String::from_utf8(out.stdout).ok()?;
+    let kib: f64 = text.lines().last()?.split(';').nth(6)?.parse().ok()?;
+    Some(kib * 1024.0 / 1e6)
 }
 
 fn digest(batches: &[RecordBatch]) -> Res<(u64, usize)> {
@@ -217,6 +255,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> Res<()> {
+    trace::start();
     let args: Vec<String> = std::env::args().collect();
     let rows = env_or("EAGERIO_DF_ROWS", 1_000_000)?;
     let dir = std::env::var("EAGERIO_DF_DIR")
@@ -246,6 +285,8 @@ fn main() -> Res<()> {
     // [store][query] -> cold, warm samples; [store] -> peak RSS
     let mut cold = vec![vec![Vec::new(); qs.len()]; STORES.len()];
     let mut warm = vec![vec![Vec::new(); qs.len()]; STORES.len()];
+    let mut cold_io = cold.clone();
+    let mut cold_bytes = vec![vec![0u64; qs.len()]; STORES.len()];
     let mut rss = vec![0u64; STORES.len()];
     for round in 0..runs {
         let mut hashes: Vec<Vec<String>> = Vec::new();
@@ -259,10 +300,12 @@ fn main() -> Res<()> {
             for line in text.lines() {
                 let f: Vec<&str> = line.split('\t').collect();
                 match f.as_slice() {
-                    ["q", name, c, w, hash, n] => {
+                    ["q", name, c, w, hash, n, ci, _warm_io, cb] => {
                         let q = qs.iter().position(|(q, _)| q == name).ok_or("query")?;
                         cold[s][q].push(c.parse::<f64>()?);
                         warm[s][q].push(w.parse::<f64>()?);
+                        cold_io[s][q].push(ci.parse::<f64>()?);
+                        cold_bytes[s][q] = cb.parse::<u64>()?;
                         h.push(format!("{name}:{hash}:{n}"));
                     }
                     ["rss", k] => rss[s] = rss[s].max(k.parse()?),
@@ -284,5 +327,29 @@ fn main() -> Res<()> {
         println!("| {name} | {lc:.1} ms | {ec:.1} ms | {:.2}x | {lw:.1} ms | {ew:.1} ms | {:.2}x |", lc / ec, lw / ew);
     }
     println!("\npeak RSS: LocalFileSystem {} MiB, EagerLocalStore {} MiB", rss[0] >> 10, rss[1] >> 10);
+    if trace::enabled() {
+        // A store can only shorten the time its reads are awaited; the rest is the engine's. The
+        // disk's bandwidth for reads of this file bounds how short that can be.
+        let disk = fio_mb_per_s(&file);
+        println!("\nwhere the cold time goes (medians; I/O = time with a read in flight, EAGERIO_DF_TRACE):\n");
+        println!("| query | MB read | LocalFileSystem I/O | rest | EagerLocalStore I/O | rest | eagerio's I/O MB/s | ratio at the disk's bandwidth |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (q, (name, _)) in qs.iter().enumerate() {
+            let (lc, ec) = (median(&mut cold[0][q]), median(&mut cold[1][q]));
+            let (li, ei) = (median(&mut cold_io[0][q]), median(&mut cold_io[1][q]));
+            let mb = cold_bytes[1][q] as f64 / 1e6;
+            let bound = disk.map(|d| format!("{:.2}x", lc / (ec - ei + mb / d * 1e3))).unwrap_or("-".into());
+            println!(
+                "| {name} | {mb:.1} | {li:.1} ms | {:.1} ms | {ei:.1} ms | {:.1} ms | {:.0} | {bound} |",
+                lc - li,
+                ec - ei,
+                mb / ei * 1e3
+            );
+        }
+        match disk {
+            Some(d) => println!("\nthe disk: {d:.0} MB/s (fio, 256 KiB random direct reads of the file, QD 32, 3 s)"),
+            None => println!("\n(fio not found: no bound)"),
+        }
+    }
     Ok(())
 }
