@@ -34,7 +34,7 @@ use crate::stats::{GatherStats, SourceStats};
 use crate::tune::{DevicePrice, GapTuner, MIN_FIT_READS};
 
 use super::landing::Landing;
-use super::pool::OutputPool;
+use super::pool::{OutputPool, Owned};
 
 /// What a job's requests are: rows (their ids, for errors) or byte ranges.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ pub struct GatherJob {
     out: UnsafeCell<BytesMut>,
     out_ptr: OutPtr,
     /// A streamed job's output (then `out` is empty), shared with the views it yields.
-    streamed_out: Option<StdArc<StreamOutput>>,
+    streamed_out: Option<StdArc<Owned>>,
     next: AtomicUsize,
     /// The extents left for the engine when some were served resident (adaptive mode).
     order: Option<Vec<u32>>,
@@ -356,26 +356,9 @@ impl Drop for GatherJob {
     }
 }
 
-/// A streamed job's output, owned apart from the job so that the requests it yields can read it
-/// in place ([`OutputView`]) without keeping the job (its plan, span, wakers) alive. The job
-/// holds it too, so it lives while any party may write it; back to the pool, if any, when the
-/// job and every view are gone.
-struct StreamOutput {
-    buf: BytesMut,
-    pool: Option<StdArc<OutputPool>>,
-}
-
-impl Drop for StreamOutput {
-    fn drop(&mut self) {
-        if let Some(pool) = &self.pool {
-            pool.give_back(std::mem::take(&mut self.buf));
-        }
-    }
-}
-
 /// The bytes of one request a streamed job yielded, in its output.
 struct OutputView {
-    _out: StdArc<StreamOutput>,
+    _out: StdArc<Owned>,
     at: OutPtr,
     len: usize,
 }
@@ -642,9 +625,11 @@ impl GatherJob {
     pub(super) fn launch(new: NewJob, submit: impl FnOnce(JobHandle)) -> Arc<GatherJob> {
         let mut out = new.out;
         let out_ptr = OutPtr(out.as_mut_ptr());
-        // A streamed job's output is owned apart, shared with the views it yields.
+        // A streamed job's output is owned apart from the job, so that the requests it yields
+        // can read it in place (`OutputView`) without keeping the job (its plan, span, wakers)
+        // alive. The job holds it too, so it lives while any party may write it.
         let (out, streamed_out) = match new.streamed {
-            true => (BytesMut::new(), Some(StdArc::new(StreamOutput { buf: out, pool: new.pool.clone() }))),
+            true => (BytesMut::new(), Some(StdArc::new(Owned::new(out, new.pool.clone())))),
             false => (out, None),
         };
         let extent_states = extent_states(new.plan.extents().len(), new.order.as_deref());

@@ -113,7 +113,7 @@ impl OutputPool {
         if out.len() < Self::MIN {
             return out.freeze();
         }
-        Bytes::from_owner(Pooled { buf: out, pool: self.clone() })
+        Bytes::from_owner(Owned::new(out, Some(self.clone())))
     }
 
     /// Keeps `buf`, which nothing else refers to, for a later gather (within the budget).
@@ -137,21 +137,31 @@ impl OutputPool {
     }
 }
 
-/// A pooled output: the bytes of every `Bytes` of one gather, back to the pool on drop.
-struct Pooled {
+/// A gather's output, owned by whatever shares it (every `Bytes` of a future's result, or a
+/// stream's job and the rows it yielded): back to its pool, if it has one, when the last owner
+/// drops it.
+pub(super) struct Owned {
     buf: BytesMut,
-    pool: Arc<OutputPool>,
+    pool: Option<Arc<OutputPool>>,
 }
 
-impl AsRef<[u8]> for Pooled {
+impl Owned {
+    pub(super) fn new(buf: BytesMut, pool: Option<Arc<OutputPool>>) -> Owned {
+        Owned { buf, pool }
+    }
+}
+
+impl AsRef<[u8]> for Owned {
     fn as_ref(&self) -> &[u8] {
         &self.buf
     }
 }
 
-impl Drop for Pooled {
+impl Drop for Owned {
     fn drop(&mut self) {
-        self.pool.give_back(std::mem::take(&mut self.buf));
+        if let Some(pool) = &self.pool {
+            pool.give_back(std::mem::take(&mut self.buf));
+        }
     }
 }
 
