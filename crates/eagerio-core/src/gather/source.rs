@@ -364,7 +364,15 @@ impl<E: ReadEngine> Source<E> {
                 return;
             }
             let path = start.path.clone();
-            let run = std::panic::AssertUnwindSafe(|| start.run(requests, targets, out, started, |h| remote(h)));
+            // A party of the job's, held until it is delivered: a future that ended meanwhile
+            // (dropped, or timed out) has `deliver` end the job, and the job must not settle
+            // as whole before that, however fast the engine is.
+            let mut held = None;
+            let submit = |h: JobHandle| {
+                held = Some(h.clone());
+                remote(h)
+            };
+            let run = std::panic::AssertUnwindSafe(|| start.run(requests, targets, out, started, submit));
             let result = std::panic::catch_unwind(run).unwrap_or_else(|payload| {
                 Err(Error::Panicked {
                     op: Op::Read,
@@ -375,6 +383,7 @@ impl<E: ReadEngine> Source<E> {
                 })
             });
             slot.deliver(result);
+            drop(held);
         }));
         self.stats.record_call(started.elapsed());
         Ok(Started::Preparing(preparing))
