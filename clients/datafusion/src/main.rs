@@ -8,8 +8,10 @@
 //! cargo run --release -- --warm-loop EagerLocalStore selective 50   # for a profiler, below
 //! ```
 //!
-//! `EAGERIO_DF_TRACE=1` (with `--child STORE`) logs every read the store serves, with its time
-//! and ranges, and marks each query's start and end (`src/trace.rs`).
+//! `EAGERIO_DF_TRACE=1` wraps each store in a tracer (`src/trace.rs`): a child logs every read
+//! with its time and ranges, and each query's start and end, on standard error (run one with
+//! `--child STORE` to read it), and the table gains each cold query's split into the time a read
+//! was in flight and the rest, with fio's bandwidth for the file (when fio is installed).
 //!
 //! `--warm-loop STORE QUERY N` runs one query warm N times, each on a fresh store and
 //! `SessionContext` (so each run is a first warm run, as in the table), and prints the median:
