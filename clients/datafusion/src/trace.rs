@@ -58,6 +58,7 @@ pub fn mark(what: &str) {
     }
 }
 
+/// Whether `EAGERIO_DF_TRACE` is set.
 pub fn enabled() -> bool {
     std::env::var_os("EAGERIO_DF_TRACE").is_some()
 }
