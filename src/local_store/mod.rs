@@ -193,7 +193,9 @@ impl EagerLocalStore {
     /// [`eagerio_core::residency`]); memory pressure still reclaims them. For benchmarks and
     /// tests that evict on purpose; reads need nothing of it.
     pub fn unmap_resident(&self) {
-        self.files.lock().expect("open files").unmap_resident();
+        // Unmapping waits for the kernel: not under the lock every read takes.
+        let sources = self.files.lock().expect("open files").sources();
+        sources.iter().for_each(|s| s.unmap_resident());
     }
 
     /// `location`'s file: its absolute path (checked by `LocalFileSystem`'s path rules) and its

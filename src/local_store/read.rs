@@ -76,8 +76,9 @@ impl OpenFiles {
         self.map.insert(rel, Entry { source, ident, used: self.tick });
     }
 
-    pub(super) fn unmap_resident(&self) {
-        self.map.values().for_each(|e| e.source.unmap_resident());
+    /// Every open file's source.
+    pub(super) fn sources(&self) -> Vec<Arc<Source<LocalEngine>>> {
+        self.map.values().map(|e| e.source.clone()).collect()
     }
 
     /// Closes the source of `rel`, if open: its object was replaced or deleted, and the

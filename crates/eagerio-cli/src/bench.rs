@@ -13,18 +13,11 @@ use crate::{args::BenchArgs, Failure};
 
 const METHODS: [&str; 3] = ["eagerio", "mmap + memcpy", "serial pread"];
 
-/// `n` row ids drawn with replacement from `0..rows` (xorshift, seeded: the same ids for every
+/// `n` row ids drawn with replacement from `0..rows` (seeded: the same ids for every
 /// method of a run, fresh ones for the next run).
 fn ids(seed: u64, n: usize, rows: u64) -> Vec<u64> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % rows
-        })
-        .collect()
+    let mut rng = crate::rng::XorShift::new(seed);
+    (0..n).map(|_| rng.below(rows)).collect()
 }
 
 /// Reads `ids` through every page cache path the warm runs need (buffered preads).

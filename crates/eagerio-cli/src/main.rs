@@ -12,6 +12,7 @@
 mod args;
 mod bench;
 mod probe;
+mod rng;
 
 use std::{io::Write, process::ExitCode};
 

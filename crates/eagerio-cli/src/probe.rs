@@ -88,15 +88,12 @@ fn price(path: &Path, len: u64) -> Result<(), Failure> {
     let opts = eagerio::uring::UringOptions::default().adaptive(false);
     let tuner = std::sync::Arc::new(GapTuner::new());
     let source = eagerio::uring::UringEngine::open_blocking(path, opts)?.with_gap_tuner(tuner.clone(), 4096, 32 << 10);
-    let mut x = len | 1;
+    let mut rng = crate::rng::XorShift::new(len);
     for i in 0..9 {
         let l = LENGTHS[i % LENGTHS.len()];
         let wanted: Vec<std::ops::Range<u64>> = (0..ranges)
             .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let at = x % ((len - l) / PAGE) * PAGE;
+                let at = rng.below((len - l) / PAGE) * PAGE;
                 at..at + l
             })
             .collect();

@@ -3,8 +3,8 @@
 //!
 //! The watcher keeps the pending deadlines ordered by time and sleeps on a condvar until the
 //! earliest. At that instant it calls [`Expire::expire`] on the gather (held weakly: a gather that
-//! finished and was dropped costs nothing). The gather's future removes its entry when it is
-//! dropped or completes, so the queue holds only gathers still waited for. A deadline already past
+//! finished and was dropped costs nothing). A registration is a [`Ticket`]; dropping it removes the
+//! entry, so the queue holds only gathers still waited for. A deadline already past
 //! when it is set expires on the caller's thread instead, without the watcher.
 //!
 //! Under loom there is no watcher: models set deadlines that are already past.
@@ -17,12 +17,25 @@ pub(crate) trait Expire: Send + Sync {
     fn expire(&self);
 }
 
-/// A registered deadline; [`cancel`] it when it is no longer needed.
+/// A registered deadline. Dropping it takes the registration off the watcher (nothing if it
+/// already fired), so whoever holds it never has to remember to.
+#[derive(Debug)]
+#[cfg_attr(eagerio_loom, allow(dead_code))]
+pub(crate) struct Ticket(Key);
+
+/// A registration's place in the watcher's queue: by time, then by order of registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[cfg_attr(eagerio_loom, allow(dead_code))]
-pub(crate) struct Ticket {
+struct Key {
     at: Instant,
     id: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        #[cfg(not(eagerio_loom))]
+        watch::cancel(self.0);
+    }
 }
 
 #[cfg(not(eagerio_loom))]
@@ -31,12 +44,12 @@ mod watch {
     use std::sync::{Condvar, Mutex, OnceLock, Weak};
     use std::time::Instant;
 
-    use super::{Expire, Ticket};
+    use super::{Expire, Key, Ticket};
     use crate::loom::lock;
 
     #[derive(Default)]
     struct Queue {
-        pending: BTreeMap<Ticket, Weak<dyn Expire>>,
+        pending: BTreeMap<Key, Weak<dyn Expire>>,
         next_id: u64,
     }
 
@@ -88,27 +101,21 @@ mod watch {
         let w = watcher();
         let mut q = lock(&w.queue);
         q.next_id += 1;
-        let ticket = Ticket { at, id: q.next_id };
-        let earliest = q.pending.first_key_value().is_none_or(|(t, _)| ticket < *t);
-        q.pending.insert(ticket, target);
+        let key = Key { at, id: q.next_id };
+        let earliest = q.pending.first_key_value().is_none_or(|(k, _)| key < *k);
+        q.pending.insert(key, target);
         drop(q);
         if earliest {
             w.wake.notify_one();
         }
-        ticket
+        Ticket(key)
     }
 
-    /// Removes a registration (nothing if it already fired).
-    pub(crate) fn cancel(ticket: Ticket) {
-        lock(&watcher().queue).pending.remove(&ticket);
+    /// Removes a registration (nothing if it already fired): [`Ticket`]'s drop.
+    pub(super) fn cancel(key: Key) {
+        lock(&watcher().queue).pending.remove(&key);
     }
 }
 
 #[cfg(not(eagerio_loom))]
-pub(crate) use watch::{cancel, register};
-
-/// Under loom no ticket is ever issued (deadlines in models are past when set).
-#[cfg(eagerio_loom)]
-pub(crate) fn cancel(ticket: Ticket) {
-    let _ = ticket;
-}
+pub(crate) use watch::register;

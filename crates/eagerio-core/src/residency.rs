@@ -592,31 +592,29 @@ impl Residency {
     /// engine's largest size, or requests back to back in the file asked in file order (a row
     /// group's column chunks). `None` when extent `k`'s own pieces are not one stretch.
     fn run_from(&self, plan: &Plan, k: usize, j: usize, resident: &[bool]) -> Option<Run> {
-        // Extent `x`'s stretch (file offset, output offset, bytes, pieces), if it is one.
+        // Extent `x`'s pieces as one run, if they are one stretch.
         let stretch = |x: usize| {
+            if !resident[x] {
+                return None;
+            }
             let e = &plan.extents()[x];
-            let (first, rest) = plan.pieces(x).split_first().filter(|_| resident[x])?;
-            let (at, out_at) = (e.offset + u64::from(first.extent_offset), first.out_offset);
-            let mut len = u64::from(first.len);
+            let (first, rest) = plan.pieces(x).split_first()?;
+            let at = e.offset + u64::from(first.extent_offset);
+            let mut run = Run { start: x, end: x + 1, at, out_at: first.out_offset, len: 0, pieces: 0 };
+            run.extend(at, first.out_offset, u64::from(first.len), 1);
             for p in rest {
-                if e.offset + u64::from(p.extent_offset) != at + len || p.out_offset != out_at + len {
+                if !run.extend(e.offset + u64::from(p.extent_offset), p.out_offset, u64::from(p.len), 1) {
                     return None;
                 }
-                len += u64::from(p.len);
             }
-            Some((at, out_at, len, 1 + rest.len() as u64))
+            Some(run)
         };
-        let (at, out_at, len, pieces) = stretch(k)?;
-        let mut run = Run { start: k, end: k + 1, at, out_at, len, pieces };
+        let mut run = stretch(k)?;
         while run.end < j {
             match stretch(run.end) {
-                Some((a, o, l, n)) if a == run.at + run.len && o == run.out_at + run.len => {
-                    run.len += l;
-                    run.pieces += n;
-                }
+                Some(next) if run.extend(next.at, next.out_at, next.len, next.pieces) => run.end += 1,
                 _ => break,
             }
-            run.end += 1;
         }
         Some(run)
     }
@@ -715,6 +713,19 @@ struct Run {
     out_at: u64,
     len: u64,
     pieces: u64,
+}
+
+impl Run {
+    /// Adds `len` bytes of `pieces` pieces at file offset `at` and output offset `out_at` if they
+    /// carry on where the run ends, in the file and in the output alike.
+    fn extend(&mut self, at: u64, out_at: u64, len: u64, pieces: u64) -> bool {
+        if at != self.at + self.len || out_at != self.out_at + self.len {
+            return false;
+        }
+        self.len += len;
+        self.pieces += pieces;
+        true
+    }
 }
 
 /// The pages piece `p` of extent `e` lies on.

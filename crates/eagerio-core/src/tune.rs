@@ -72,11 +72,11 @@ impl DevicePrice {
     /// for that many reads of that many KiB in all. fio's random reads at one depth and block
     /// size `bs` are the point `(1, bs / 1024, 1 / IOPS)`. `None` while the points cannot tell a
     /// read's cost from a KiB's (fewer than two read sizes); a term the fit finds negative is 0.
-    /// The same fit as a [`GapTuner`]'s, with every point at full weight.
+    /// A [`PriceFit`] with every point at full weight.
     pub fn fit(points: impl IntoIterator<Item = (f64, f64, Duration)>) -> Option<DevicePrice> {
-        let mut fit = Fit::default();
+        let mut fit = PriceFit::new(1.0);
         for (reads, kib, time) in points {
-            fit.push(reads, kib, time.as_secs_f64() * 1e6);
+            fit.add(reads, kib, time);
         }
         fit.price()
     }
@@ -100,9 +100,15 @@ impl std::fmt::Display for DevicePrice {
     }
 }
 
-/// Decayed least-squares sums of gathers' time (µs) against their reads and KiB.
-#[derive(Debug, Default, Clone, Copy)]
-struct Fit {
+/// A running least-squares fit of a [`DevicePrice`]: `time = per_read x reads + per_kib x KiB`
+/// over measured points, each earlier point weighted down by `decay` per later one. A
+/// [`GapTuner`]'s points are whole gathers; a point can as well be one request of a remote store
+/// (one read of its KiB: `per_read` is then its latency, `per_kib` the inverse of its bandwidth).
+/// `Default` has a [`GapTuner`]'s [`DECAY`].
+#[derive(Debug, Clone, Copy)]
+pub struct PriceFit {
+    decay: f64,
+    // Decayed sums of the points' products (time in µs).
     rr: f64,
     rk: f64,
     kk: f64,
@@ -110,17 +116,25 @@ struct Fit {
     kt: f64,
 }
 
-impl Fit {
-    /// Adds a gather, the ones before weighted down by [`DECAY`].
-    fn add(&mut self, reads: f64, kib: f64, us: f64) {
-        for sum in [&mut self.rr, &mut self.rk, &mut self.kk, &mut self.rt, &mut self.kt] {
-            *sum *= DECAY;
-        }
-        self.push(reads, kib, us);
+impl Default for PriceFit {
+    fn default() -> Self {
+        PriceFit::new(DECAY)
+    }
+}
+
+impl PriceFit {
+    /// A fit with no points, whose earlier points keep `decay` of their weight per later one (1
+    /// keeps them all).
+    pub fn new(decay: f64) -> PriceFit {
+        PriceFit { decay, rr: 0.0, rk: 0.0, kk: 0.0, rt: 0.0, kt: 0.0 }
     }
 
-    /// Adds a point at full weight: `us` of the device's time for `reads` reads of `kib` KiB.
-    fn push(&mut self, reads: f64, kib: f64, us: f64) {
+    /// Adds a point: `time` of the device's for `reads` reads of `kib` KiB in all.
+    pub fn add(&mut self, reads: f64, kib: f64, time: Duration) {
+        for sum in [&mut self.rr, &mut self.rk, &mut self.kk, &mut self.rt, &mut self.kt] {
+            *sum *= self.decay;
+        }
+        let us = time.as_secs_f64() * 1e6;
         self.rr += reads * reads;
         self.rk += reads * kib;
         self.kk += kib * kib;
@@ -128,9 +142,10 @@ impl Fit {
         self.kt += kib * us;
     }
 
-    /// The price, or `None` while the gathers' reads and KiB are too alike to tell the terms
-    /// apart. A term the fit finds negative is 0.
-    fn price(&self) -> Option<DevicePrice> {
+    /// The price, or `None` while the points' reads and KiB are too alike to tell the terms
+    /// apart (for points of one read each: sizes within about 10% of their mean). A term the
+    /// fit finds negative is 0.
+    pub fn price(&self) -> Option<DevicePrice> {
         let det = self.rr * self.kk - self.rk * self.rk;
         if self.rr <= 0.0 || self.kk <= 0.0 || det < MIN_SPREAD * self.rr * self.kk {
             return None;
@@ -163,7 +178,7 @@ pub struct Planned {
 
 #[derive(Debug, Default)]
 struct State {
-    fit: Fit,
+    fit: PriceFit,
     /// The fitted gap in use, once a fit has given one.
     gap: Option<u64>,
     price: Option<DevicePrice>,
@@ -244,7 +259,7 @@ impl GapTuner {
             return;
         }
         s.gathers += 1;
-        s.fit.add(reads as f64, bytes as f64 / 1024.0, wait.as_secs_f64() * 1e6);
+        s.fit.add(reads as f64, bytes as f64 / 1024.0, wait);
         let Some(price) = s.fit.price() else { return };
         s.price = Some(price);
         // No source joins holes of a GiB: past that, the number only overflows.

@@ -210,3 +210,18 @@ fn a_source_timeout_applies_to_every_gather_and_dropping_cancels() {
     let got = block_on(source.gather_ranges(&[std::ops::Range { start: 5, end: 9 }]).unwrap()).unwrap();
     assert_eq!(&got[0][..], &engine.data[5..9]);
 }
+
+/// A gather's own later deadline replaces the source's timeout: the replaced deadline's
+/// registration is gone, so it never ends the gather when it passes.
+#[test]
+fn a_later_deadline_replaces_the_source_timeout() {
+    let engine = SlowEngine::new(10_000);
+    let table = table(&engine).with_timeout(Duration::from_millis(20));
+    *engine.hold_next.lock().unwrap() = true;
+    let rows = spread(8);
+    let fut = table.gather(&rows).unwrap().with_deadline(Instant::now() + Duration::from_secs(3600));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(engine.cancels.load(Ordering::SeqCst), 0, "the source's timeout was replaced, not added to");
+    engine.release(false);
+    assert_eq!(&block_on(fut).unwrap()[..], &engine.expected(&rows)[..]);
+}

@@ -231,6 +231,29 @@ fn stream_large_submits_its_head_in_the_call() {
     engine.join();
 }
 
+/// A large stream runs as two jobs, but a request of the second job that no plan accepts is still
+/// the call's error, before the first job reads anything.
+#[test]
+fn stream_large_checks_every_request_before_any_io() {
+    use eagerio_core::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
+    let mut engine = GatedEngine::new();
+    // A file as large as offsets go, so that only the plan's own check can refuse.
+    engine.info.len = u64::MAX;
+    let source = Source::new(engine.clone());
+    let n = (PREPARE_ELSEWHERE + STREAM_HEAD) as u64;
+    let mut ranges: Vec<std::ops::Range<u64>> = (0..n - 2).map(|i| i * ROW..(i + 1) * ROW).collect();
+    // Two ranges of 4 EiB: an output past what memory can hold.
+    ranges.extend([0..1 << 62, 1 << 62..1 << 63]);
+    let err = source.gather_ranges_stream(&ranges).expect_err("an output past isize::MAX");
+    assert!(
+        matches!(&err, Error::InvalidRange { index, reason, .. } if *index == ranges.len() - 1 && reason.contains("fit in memory")),
+        "{err:?}"
+    );
+    engine.open();
+    engine.join();
+    assert_eq!(engine.read.load(Ordering::SeqCst), 0, "nothing was read");
+}
+
 #[test]
 fn stream_large_deadline_counts_every_request_not_yielded() {
     use eagerio_core::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};

@@ -7,12 +7,13 @@ use std::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use eagerio_core::{
     backend::{JobHandle, ReadEngine},
     fault::{self, Action, Hook, IoKind, IoPoint},
+    tune::PriceFit,
     Error, FileInfo, Result, RowLayout, RowTable, Source,
 };
 use object_store::{path::Path, ObjectStore, ObjectStoreExt};
@@ -143,54 +144,39 @@ struct Inner {
     tuned_gap: AtomicU64,
 }
 
-/// A running least-squares fit of GET duration (seconds) against GET size (bytes), with older
-/// GETs weighted down by `DECAY` per GET.
-#[derive(Debug, Default)]
+/// The GETs' price, fitted as a device's is ([`PriceFit`]): each GET is one read of its KiB, so
+/// the fit's `per_read` is a GET's latency and its `per_kib` the inverse of a stream's bandwidth.
+#[derive(Debug)]
 struct CostFit {
-    n: f64,
-    sx: f64,
-    sy: f64,
-    sxx: f64,
-    sxy: f64,
+    fit: PriceFit,
+    gets: u64,
+}
+
+impl Default for CostFit {
+    fn default() -> Self {
+        CostFit { fit: PriceFit::new(Self::DECAY), gets: 0 }
+    }
 }
 
 impl CostFit {
     /// Weight kept by each earlier GET per new one: about the last 200 GETs count.
     const DECAY: f64 = 0.995;
     /// GETs needed before the fit is used.
-    const MIN_GETS: f64 = 16.0;
+    const MIN_GETS: u64 = 16;
 
-    fn add(&mut self, bytes: f64, secs: f64) {
-        let d = Self::DECAY;
-        self.n = self.n * d + 1.0;
-        self.sx = self.sx * d + bytes;
-        self.sy = self.sy * d + secs;
-        self.sxx = self.sxx * d + bytes * bytes;
-        self.sxy = self.sxy * d + bytes * secs;
+    /// Adds a GET of `bytes` that took `took`.
+    fn add(&mut self, bytes: u64, took: Duration) {
+        self.gets += 1;
+        self.fit.add(1.0, bytes as f64 / 1024.0, took);
     }
 
     /// `latency x bandwidth` within [`TUNED_GAP_RANGE`], or `None` while the sizes seen are too
     /// alike to tell latency from bandwidth.
     fn gap(&self) -> Option<u64> {
-        if self.n < Self::MIN_GETS {
+        if self.gets < Self::MIN_GETS {
             return None;
         }
-        let (mx, my) = (self.sx / self.n, self.sy / self.n);
-        let var = self.sxx / self.n - mx * mx;
-        // Sizes within about 10% of each other: the slope would be noise.
-        if var <= (0.1 * mx).powi(2) {
-            return None;
-        }
-        let per_byte = (self.sxy / self.n - mx * my) / var;
-        let latency = my - per_byte * mx;
-        let (lo, hi) = (*TUNED_GAP_RANGE.start(), *TUNED_GAP_RANGE.end());
-        Some(if latency <= 0.0 {
-            lo
-        } else if per_byte <= 0.0 {
-            hi
-        } else {
-            ((latency / per_byte) as u64).clamp(lo, hi)
-        })
+        Some(self.fit.price()?.gap().clamp(*TUNED_GAP_RANGE.start(), *TUNED_GAP_RANGE.end()))
     }
 }
 
@@ -424,7 +410,7 @@ async fn worker(live: Live, job: JobHandle) {
                 inner.bytes_fetched.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 if let Some(fit) = &inner.fit {
                     let mut fit = fit.lock().unwrap_or_else(|p| p.into_inner());
-                    fit.add(bytes.len() as f64, started.elapsed().as_secs_f64());
+                    fit.add(bytes.len() as u64, started.elapsed());
                     inner.tuned_gap.store(fit.gap().unwrap_or(0), Ordering::Relaxed);
                 }
                 let n = cap.map_or(bytes.len(), |c| c.min(bytes.len()));
@@ -450,14 +436,16 @@ async fn worker(live: Live, job: JobHandle) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::{CostFit, TUNED_GAP_RANGE};
 
     /// GETs of 64 KiB to 8 MiB that each take `latency + bytes * per_byte` seconds.
     fn fit(latency: f64, per_byte: f64, gets: usize) -> CostFit {
         let mut f = CostFit::default();
         for i in 0..gets {
-            let bytes = (64 << 10) as f64 * (1 + i % 128) as f64;
-            f.add(bytes, latency + bytes * per_byte);
+            let bytes = (64 << 10) * (1 + i as u64 % 128);
+            f.add(bytes, Duration::from_secs_f64(latency + bytes as f64 * per_byte));
         }
         f
     }
@@ -485,7 +473,7 @@ mod tests {
         assert_eq!(fit(0.020, 10e-9, 15).gap(), None, "too few GETs");
         let mut same = CostFit::default();
         for _ in 0..100 {
-            same.add(65536.0, 0.021);
+            same.add(65536, Duration::from_secs_f64(0.021));
         }
         assert_eq!(same.gap(), None, "GETs of one size cannot tell latency from bandwidth");
     }

@@ -397,8 +397,6 @@ struct ActiveJob {
     handle: JobHandle,
     file: Arc<LaneFile>,
     claims: JobClaims,
-    /// None of its reads was pushed yet: the first goes to the kernel alone ([`LaneCore::fill`]).
-    fresh: bool,
 }
 
 impl ActiveJob {
@@ -573,7 +571,7 @@ impl<R: Ring> LaneCore<R> {
         while let Some(w) = self.incoming.pop_front() {
             match w {
                 Work::Gather(handle, file) => {
-                    let job = ActiveJob { handle, file, claims: JobClaims::default(), fresh: true };
+                    let job = ActiveJob { handle, file, claims: JobClaims::default() };
                     match self.jobs.iter().position(Option::is_none) {
                         Some(i) => self.jobs[i] = Some(job),
                         None => self.jobs.push(Some(job)),
@@ -706,7 +704,8 @@ impl<R: Ring> LaneCore<R> {
                 continue;
             };
             stalled = 0;
-            let first = std::mem::take(&mut job.fresh);
+            // The job's first read on this lane goes to the kernel alone (below).
+            let first = job.claims.claimed() == 1;
             job.file.leased.fetch_add(1, Ordering::AcqRel);
             let file = job.file.file;
             let e = job.handle.plan().extents()[extent];

@@ -148,6 +148,11 @@ impl JobClaims {
         self.phase != ClaimPhase::Claiming && self.in_flight == 0
     }
 
+    /// Extents this party has claimed so far (1 just after its first claim).
+    pub fn claimed(&self) -> usize {
+        self.claimed
+    }
+
     /// Reads this party has in flight.
     pub fn in_flight(&self) -> usize {
         self.in_flight

@@ -52,7 +52,7 @@ pub struct GatherFuture<T> {
     /// [`from_future`](Self::from_future)).
     other: Other<T>,
     /// The deadline, and its registration with the watcher thread.
-    deadline: Option<(Instant, Option<Ticket>)>,
+    deadline: Armed,
 }
 
 /// The value of a [`GatherFuture`] that no job of this crate serves.
@@ -90,7 +90,8 @@ struct Prepared {
     /// The gather's deadline: the source's timeout, or the one [`GatherFuture::with_deadline`]
     /// gave in its place. Armed on the job when it arrives.
     deadline: Option<Instant>,
-    /// The deadline's registration with the watcher, which wakes the future when it passes.
+    /// The deadline's registration with the watcher, which wakes the future when it passes
+    /// (dropping it takes the registration off).
     watch: Option<Ticket>,
     /// How the future ended before taking its job ([`Ending::DROPPED`], or
     /// [`Ending::TIMED_OUT`] when its deadline resolved it): the job is ended the same way, or
@@ -98,11 +99,11 @@ struct Prepared {
     abandoned: Option<u8>,
 }
 
-/// A deadline and its registration with the watcher thread.
+/// A deadline and its registration with the watcher thread; dropping it disarms the deadline.
 pub(super) type Armed = Option<(Instant, Option<Ticket>)>;
 
 /// What [`Preparing::take`] found.
-pub(super) enum Taken {
+enum Taken {
     Job(Arc<GatherJob>, Armed),
     Failed(Error),
     /// Still being prepared, under this deadline.
@@ -131,9 +132,7 @@ impl Preparing {
     /// Sets the deadline (replacing the one before) and has the watcher wake the future when it
     /// passes.
     fn watch(self: &StdArc<Self>, slot: &mut Prepared, deadline: Option<Instant>) {
-        if let Some(ticket) = slot.watch.take() {
-            crate::deadline::cancel(ticket);
-        }
+        slot.watch = None;
         slot.deadline = deadline;
         let target: std::sync::Weak<Preparing> = StdArc::downgrade(self);
         slot.watch = deadline.and_then(|at| watch(at, target));
@@ -143,9 +142,7 @@ impl Preparing {
     /// deadline on the job and wakes the future.
     pub(super) fn deliver(&self, result: Result<Arc<GatherJob>>) {
         let mut slot = self.slot();
-        if let Some(ticket) = slot.watch.take() {
-            crate::deadline::cancel(ticket);
-        }
+        slot.watch = None;
         if let Some(how) = slot.abandoned {
             drop(slot);
             if let Ok(job) = result {
@@ -169,7 +166,7 @@ impl Preparing {
 
     /// Takes the job or the error. If neither has arrived, keeps `waker` for the delivery,
     /// replaces the deadline with `deadline` if one is given, and returns the deadline.
-    pub(super) fn take(self: &StdArc<Self>, waker: Option<&Waker>, deadline: Option<Instant>) -> Taken {
+    fn take(self: &StdArc<Self>, waker: Option<&Waker>, deadline: Option<Instant>) -> Taken {
         let mut slot = self.slot();
         if let Some((job, armed)) = slot.job.take() {
             return Taken::Job(job, armed);
@@ -186,19 +183,33 @@ impl Preparing {
         Taken::Waiting(slot.deadline)
     }
 
+    /// [`take`](Self::take) for a poll: the job; or the error that ends the gather (preparing it
+    /// failed, or its deadline passed first: the gather is then abandoned as timed out); or
+    /// `Pending`, with `cx`'s waker kept for the delivery and for the watcher at the deadline.
+    pub(super) fn poll_take(self: &StdArc<Self>, cx: &mut Context<'_>) -> Poll<Result<(Arc<GatherJob>, Armed)>> {
+        match self.take(Some(cx.waker()), None) {
+            Taken::Job(job, armed) => Poll::Ready(Ok((job, armed))),
+            Taken::Failed(e) => Poll::Ready(Err(e)),
+            Taken::Waiting(Some(at)) if Instant::now() >= at => {
+                self.abandon(Ending::TIMED_OUT);
+                Poll::Ready(Err(self.timed_out(at)))
+            }
+            Taken::Waiting(_) => Poll::Pending,
+        }
+    }
+
     /// The future ended (`how`: dropped, or timed out) before taking its job: a job already
     /// delivered is ended so, and one still being prepared will be when it arrives.
     pub(super) fn abandon(&self, how: u8) {
         let job = {
             let mut slot = self.slot();
             slot.abandoned = Some(how);
-            if let Some(ticket) = slot.watch.take() {
-                crate::deadline::cancel(ticket);
-            }
+            slot.watch = None;
             slot.job.take()
         };
         if let Some((job, armed)) = job {
-            drop_job(&job, armed, how);
+            drop(armed);
+            job.end(how);
         }
     }
 
@@ -217,7 +228,7 @@ impl Preparing {
     }
 
     /// The error of a deadline that passed before the job arrived: nothing was read.
-    pub(super) fn timed_out(&self, at: Instant) -> Error {
+    fn timed_out(&self, at: Instant) -> Error {
         Error::TimedOut {
             op: Op::Read,
             path: self.path.to_path_buf(),
@@ -226,19 +237,6 @@ impl Preparing {
             requested: self.requests,
             what: self.what,
         }
-    }
-}
-
-/// Ends a job whose future is gone (`how`: dropped or timed out), as dropping its future does.
-pub(super) fn drop_job(job: &GatherJob, armed: Armed, how: u8) {
-    disarm(armed);
-    job.end(how);
-}
-
-/// Takes a deadline off the watcher.
-pub(super) fn disarm(armed: Armed) {
-    if let Some((_, Some(ticket))) = armed {
-        crate::deadline::cancel(ticket);
     }
 }
 
@@ -318,7 +316,6 @@ impl<T> GatherFuture<T> {
         if job.settled.load(Ordering::Acquire) {
             return self;
         }
-        self.forget_deadline();
         self.deadline = arm(&job, at);
         self
     }
@@ -384,20 +381,13 @@ impl<T> Future for GatherFuture<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Other::Preparing(p) = &self.other {
-            let p = p.clone();
-            match p.take(Some(cx.waker()), None) {
-                Taken::Job(job, armed) => self.adopt(job, armed),
-                Taken::Failed(e) => {
+            match p.clone().poll_take(cx) {
+                Poll::Ready(Ok((job, armed))) => self.adopt(job, armed),
+                Poll::Ready(Err(e)) => {
                     self.other = Other::Ready(None);
                     return Poll::Ready(Err(e));
                 }
-                Taken::Waiting(at) => {
-                    // The watcher wakes this future when `at` passes.
-                    let Some(at) = at.filter(|&at| Instant::now() >= at) else { return Poll::Pending };
-                    p.abandon(Ending::TIMED_OUT);
-                    self.other = Other::Ready(None);
-                    return Poll::Ready(Err(p.timed_out(at)));
-                }
+                Poll::Pending => return Poll::Pending,
             }
         }
         let Some(job) = self.job.as_ref() else {
@@ -415,7 +405,7 @@ impl<T> Future for GatherFuture<T> {
             };
         };
         if !job.settled.load(Ordering::Acquire) {
-            if self.deadline.is_some_and(|(at, _)| Instant::now() >= at) {
+            if self.deadline.as_ref().is_some_and(|&(at, _)| Instant::now() >= at) {
                 job.expire();
             }
             *lock(&job.waker) = Some(cx.waker().clone());
@@ -425,23 +415,15 @@ impl<T> Future for GatherFuture<T> {
                 let Some(timed_out) = job.timed_out() else { return Poll::Pending };
                 self.settled = job.stats();
                 self.job = None;
-                self.forget_deadline();
+                self.deadline = None;
                 return Poll::Ready(Err(timed_out));
             }
         }
         let job = self.job.take().expect("checked above");
-        self.forget_deadline();
+        self.deadline = None;
         self.settled = job.stats();
         let finish = self.finish;
         Poll::Ready(job.take_output().map(|b| finish(b, &job)))
-    }
-}
-
-impl<T> GatherFuture<T> {
-    fn forget_deadline(&mut self) {
-        if let Some((_, Some(ticket))) = self.deadline.take() {
-            crate::deadline::cancel(ticket);
-        }
     }
 }
 
@@ -474,7 +456,7 @@ fn watch(at: Instant, target: std::sync::Weak<dyn Expire>) -> Option<Ticket> {
 
 impl<T> Drop for GatherFuture<T> {
     fn drop(&mut self) {
-        self.forget_deadline();
+        // The deadline is disarmed as the field drops, after this: an ended job ignores it.
         if let Some(job) = &self.job {
             job.end(Ending::DROPPED);
         }

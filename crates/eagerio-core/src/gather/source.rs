@@ -24,7 +24,7 @@ use crate::residency::{Residency, Served};
 use crate::stats::{GatherStats, SourceLatencies, SourceStats, SourceTotals};
 use crate::tune::GapTuner;
 
-use super::engine::{FileInfo, ReadEngine};
+use super::engine::{FileInfo, ReadEngine, Remote};
 use super::future::{split, whole, GatherFuture, Preparing, Started};
 use super::ledger::{Ending, GatherJob, JobHandle, NewJob, Targets, Tuning};
 use super::pool::OutputPool;
@@ -283,15 +283,19 @@ impl<E: ReadEngine> Source<E> {
     fn stream(&self, mut requests: Vec<(u64, u64)>, mut targets: Targets) -> Result<GatherStream> {
         use crate::prepare::{PREPARE_ELSEWHERE, STREAM_HEAD};
         let n = requests.len();
-        if n < PREPARE_ELSEWHERE + STREAM_HEAD || self.engine.remote().is_none() {
+        let remote = (n >= PREPARE_ELSEWHERE + STREAM_HEAD).then(|| self.engine.remote()).flatten();
+        let Some(remote) = remote else {
             return Ok(GatherStream::new(0, self.start(requests, targets, BytesMut::new(), true)?, n));
-        }
+        };
+        let started = Instant::now();
         Plan::check(&requests, &self.opts)?;
         let rest = requests.split_off(STREAM_HEAD);
         let rest_targets = targets.split_off(STREAM_HEAD);
-        let mut stream = GatherStream::new(0, self.start(requests, targets, BytesMut::new(), true)?, n);
+        let head = self.start_checked(None, started, requests, targets, BytesMut::new(), true)?;
+        let mut stream = GatherStream::new(0, head, n);
         // Should the rest fail to start, dropping `stream` cancels the head.
-        stream.then(STREAM_HEAD, self.start(rest, rest_targets, BytesMut::new(), true)?);
+        let rest = self.start_checked(Some(remote), Instant::now(), rest, rest_targets, BytesMut::new(), true)?;
+        stream.then(STREAM_HEAD, rest);
         Ok(stream)
     }
 
@@ -333,6 +337,26 @@ impl<E: ReadEngine> Source<E> {
     /// `streamed` job keeps account of the requests as they land.
     fn start(&self, requests: Vec<(u64, u64)>, targets: Targets, out: BytesMut, streamed: bool) -> Result<Started> {
         let started = Instant::now();
+        let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
+        if remote.is_some() {
+            // Planning on the preparing thread checks them too late for an error of the call.
+            Plan::check(&requests, &self.opts)?;
+        }
+        self.start_checked(remote, started, requests, targets, out, streamed)
+    }
+
+    /// [`start`](Self::start) with the place chosen: on a preparing thread that submits through
+    /// `remote`, for requests already checked ([`Plan::check`]); in this call if `None`. The call
+    /// began at `started`.
+    fn start_checked(
+        &self,
+        remote: Option<Remote>,
+        started: Instant,
+        requests: Vec<(u64, u64)>,
+        targets: Targets,
+        out: BytesMut,
+        streamed: bool,
+    ) -> Result<Started> {
         let (opts, tuning) = self.next_plan(requests.len());
         let start = Start {
             opts,
@@ -346,13 +370,11 @@ impl<E: ReadEngine> Source<E> {
             streamed,
         };
         let deadline = self.timeout.map(|t| started + t);
-        let remote = (requests.len() >= crate::prepare::PREPARE_ELSEWHERE).then(|| self.engine.remote()).flatten();
         let Some(remote) = remote else {
             // The job records its submit time as the call's when it settles.
             let job = start.run(requests, targets, out, started, |h| self.engine.submit(h))?;
             return Ok(Started::Job(job, deadline));
         };
-        Plan::check(&requests, &start.opts)?;
         let start = Start { elsewhere: true, ..start };
         let preparing = Preparing::new(started, requests.len() as u64, targets.what(), start.path.clone(), deadline);
         let slot = preparing.clone();

@@ -27,7 +27,7 @@ use crate::error::{Error, Result, Target};
 use crate::loom::{lock, Arc, Ordering};
 use crate::stats::GatherStats;
 
-use super::future::{arm, disarm, drop_job, Armed, Preparing, Started, Taken};
+use super::future::{arm, Armed, Preparing, Started};
 use super::ledger::{Ending, GatherJob};
 
 /// A gather that yields each request as it lands: `(index, bytes)`, where `index` is the
@@ -183,16 +183,10 @@ impl Part {
     /// [`GatherStream::poll_next`].
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(usize, Bytes)>>> {
         if let State::Preparing(p) = &self.state {
-            let p = p.clone();
-            match p.take(Some(cx.waker()), None) {
-                Taken::Job(job, armed) => self.state = State::Job(job, armed),
-                Taken::Failed(e) => return self.end(Some(e)),
-                Taken::Waiting(at) => {
-                    // The watcher wakes this stream when `at` passes.
-                    let Some(at) = at.filter(|&at| Instant::now() >= at) else { return Poll::Pending };
-                    p.abandon(Ending::TIMED_OUT);
-                    return self.end(Some(p.timed_out(at)));
-                }
+            match p.clone().poll_take(cx) {
+                Poll::Ready(Ok((job, armed))) => self.state = State::Job(job, armed),
+                Poll::Ready(Err(e)) => return self.end(Some(e)),
+                Poll::Pending => return Poll::Pending,
             }
         }
         let failure = {
@@ -222,9 +216,9 @@ impl Part {
 
     /// Ends the job's part: yields `failure` if there is one, else the end.
     fn end(&mut self, failure: Option<Error>) -> Poll<Option<Result<(usize, Bytes)>>> {
-        if let State::Job(job, armed) = std::mem::replace(&mut self.state, State::Ended) {
+        // The deadline is disarmed as the replaced state drops.
+        if let State::Job(job, _) = std::mem::replace(&mut self.state, State::Ended) {
             self.settled = job.stats();
-            disarm(armed);
         }
         Poll::Ready(failure.map(Err))
     }
@@ -235,7 +229,8 @@ impl Part {
         match std::mem::replace(&mut self.state, State::Ended) {
             State::Job(job, armed) => {
                 self.settled = job.stats();
-                drop_job(&job, armed, how);
+                drop(armed);
+                job.end(how);
             }
             State::Preparing(p) => p.abandon(how),
             State::Ended => {}
