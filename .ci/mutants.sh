@@ -29,7 +29,9 @@
 # of them runs, chosen by the commit count, and the log says so; a hard cap of twice the budget
 # stops cargo-mutants whatever happens, so CI stays inside its limit.
 #
-# Each mutant is one small edit in place: incremental builds make it 2-7 s instead of a minute.
+# Each mutant is one small edit in place: incremental builds make it 2-7 s instead of a minute. A
+# mutant whose tests run past 3x the unmutated tests' time is a hang (TIMEOUT, caught): the default
+# 5x made each of them cost about 70 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL=1
@@ -74,7 +76,8 @@ run() {
   rm -rf "$out"
   local status=0
   timeout --signal=INT --kill-after=60 "$cap" \
-    cargo mutants --in-place --no-shuffle --exclude-re "$debug" --output "$out" "$@" "${packages[@]}" "${tests[@]}" ||
+    cargo mutants --in-place --no-shuffle --timeout-multiplier 3 --exclude-re "$debug" --output "$out" "$@" \
+      "${packages[@]}" "${tests[@]}" ||
     status=$?
   case $status in
     0 | 2 | 3) ;;

@@ -50,12 +50,13 @@ fn job_claims_claim_complete_then_drain() {
     let job = jobs.lock().unwrap().pop().unwrap();
     let mut c = JobClaims::default();
     assert_eq!((c.phase(), c.is_claiming(), c.is_drained()), (ClaimPhase::Claiming, true, false));
-    assert_eq!((c.in_flight(), c.unclaimed(&job)), (0, 3));
+    assert_eq!((c.in_flight(), c.unclaimed(&job), c.claimed()), (0, 3, 0));
 
     let a = c.claim(&job).expect("three extents to claim");
+    assert_eq!(c.claimed(), 1, "the first claim");
     let b = c.claim(&job).expect("two left");
     assert_ne!(a, b);
-    assert_eq!((c.in_flight(), c.unclaimed(&job)), (2, 1));
+    assert_eq!((c.in_flight(), c.unclaimed(&job), c.claimed()), (2, 1, 2));
     read(&job, a);
     c.completed(&job);
     assert_eq!((c.in_flight(), c.phase()), (1, ClaimPhase::Claiming), "a live job keeps claiming");
@@ -63,6 +64,7 @@ fn job_claims_claim_complete_then_drain() {
     let last = c.claim(&job).expect("one left");
     assert_eq!((c.in_flight(), c.unclaimed(&job)), (2, 0));
     assert_eq!(c.claim(&job), None);
+    assert_eq!(c.claimed(), 3, "completions do not uncount a claim, and nothing left is none");
     assert_eq!((c.phase(), c.is_claiming(), c.is_drained()), (ClaimPhase::Draining, false, false));
     read(&job, b);
     c.completed(&job);
