@@ -132,9 +132,9 @@ impl Preparing {
     /// Sets the deadline (replacing the one before) and has the watcher wake the future when it
     /// passes.
     fn watch(self: &StdArc<Self>, slot: &mut Prepared, deadline: Option<Instant>) {
-        slot.watch = None;
         slot.deadline = deadline;
         let target: std::sync::Weak<Preparing> = StdArc::downgrade(self);
+        // The replaced registration is cancelled as it drops.
         slot.watch = deadline.and_then(|at| watch(at, target));
     }
 

@@ -404,6 +404,9 @@ impl<E: ReadEngine> Source<E> {
                     message: crate::error::panic_message(&*payload),
                 })
             });
+            // The engine's sender goes first: an engine that counts a gather as on its way while
+            // its sender lives (glommio's) is idle by the time the job can settle.
+            drop(remote);
             slot.deliver(result);
             drop(held);
         }));
