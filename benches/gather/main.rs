@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Environment overrides: `EAGERIO_BENCH_MB` (table size), `EAGERIO_BENCH_ROUNDS`,
-//! `EAGERIO_BENCH_RUNS` (per round), `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`),
+//! `EAGERIO_BENCH_RUNS` (per round), `EAGERIO_BENCH_WARM_SAMPLES` (timed warm gathers per run),
+//! `EAGERIO_BENCH_ONLY` (comma list of `fio,w1,w3,w4`),
 //! `EAGERIO_BENCH_METHODS` (comma list; W1 runs the methods whose name contains one of them),
 //! `EAGERIO_BENCH_ROW_SIZES` (comma list of W1's row sizes in bytes),
 //! `EAGERIO_BENCH_DIR` (output folder), `EAGERIO_BENCH_EVICT=fadvise` (never drop_caches, which
@@ -22,7 +23,8 @@
 //! - W1 cold: random rows (drawn with replacement, fresh ids every run), the table's pages
 //!   evicted before every timed gather; rounds one after the other, and within a round, run r of
 //!   every method on the same ids before run r + 1 (the disk drifts by minutes);
-//! - W2 warm: the same gathers after one untimed pass;
+//! - W2 warm: the same gathers after one untimed pass, timed 5 times a run (a warm gather takes
+//!   3-200 ms, where one scheduling hiccup moves a median of 3 by 20-50%);
 //! - W3: a fan-out of 228 chunk writes, lazy deferred futures against the eager sink, with and
 //!   without 2 ms injected per write;
 //! - W4: scaling with gather size and with depth.
@@ -54,6 +56,8 @@ struct Config {
     table_bytes: u64,
     rounds: usize,
     runs: usize,
+    /// Timed warm gathers of each method per run, after its one untimed pass.
+    warm_samples: usize,
     rows: usize,
     row_sizes: Vec<u64>,
     w4_sizes: Vec<usize>,
@@ -91,6 +95,7 @@ impl Config {
         let mb: u64 = env_parse("EAGERIO_BENCH_MB")?.unwrap_or(if smoke { 64 } else { 2048 });
         let runs: usize = env_parse("EAGERIO_BENCH_RUNS")?.unwrap_or(if smoke { 1 } else { 3 });
         let rounds: usize = env_parse("EAGERIO_BENCH_ROUNDS")?.unwrap_or(if smoke { 1 } else { 2 });
+        let warm_samples: usize = env_parse("EAGERIO_BENCH_WARM_SAMPLES")?.unwrap_or(if smoke { 1 } else { 5 });
         let list = |name: &str| {
             std::env::var(name).ok().map(|s| {
                 s.split(',').map(|x| x.trim().to_lowercase()).filter(|x| !x.is_empty()).collect::<Vec<String>>()
@@ -104,8 +109,10 @@ impl Config {
                 .collect::<Result<_, _>>()?,
             None => vec![90, 4096, 5120],
         };
-        if runs == 0 || rounds == 0 {
-            return Err("EAGERIO_BENCH_RUNS and EAGERIO_BENCH_ROUNDS must be at least 1".into());
+        if runs == 0 || rounds == 0 || warm_samples == 0 {
+            return Err(
+                "EAGERIO_BENCH_RUNS, EAGERIO_BENCH_ROUNDS and EAGERIO_BENCH_WARM_SAMPLES must be at least 1".into()
+            );
         }
         // Smoke runs (CI) keep their own table and report, so they never overwrite a full run's.
         let dir = std::env::var_os("EAGERIO_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| {
@@ -122,6 +129,7 @@ impl Config {
                 table_bytes: mb << 20,
                 rounds,
                 runs,
+                warm_samples,
                 rows: 2_000,
                 row_sizes: row_sizes.clone(),
                 w4_sizes: vec![1_000, 10_000],
@@ -146,6 +154,7 @@ impl Config {
                 table_bytes: mb << 20,
                 rounds,
                 runs,
+                warm_samples,
                 rows: 40_000,
                 row_sizes,
                 w4_sizes: vec![1_000, 10_000, 100_000, 1_000_000],
@@ -186,6 +195,7 @@ impl Config {
             "EAGERIO_BENCH_MB",
             "EAGERIO_BENCH_ROUNDS",
             "EAGERIO_BENCH_RUNS",
+            "EAGERIO_BENCH_WARM_SAMPLES",
             "EAGERIO_BENCH_ONLY",
             "EAGERIO_BENCH_METHODS",
             "EAGERIO_BENCH_ROW_SIZES",
@@ -201,7 +211,8 @@ impl Config {
     }
 }
 
-/// Takes one timed, verified sample of `m` (after an untimed pass when warm).
+/// Takes timed, verified samples of `m`: one cold (after an eviction), or several warm (after one
+/// untimed pass).
 struct Probe {
     disk: Option<probe::Disk>,
     rss: probe::PeakRss,
@@ -210,31 +221,37 @@ struct Probe {
 
 impl Probe {
     fn sample(&self, env: &Env, m: &mut dyn Method, ids: &[u64], row_size: u64, cold: bool) -> Result<Sample, String> {
-        let r = self.sample_inner(env, m, ids, row_size, cold);
+        let r = m.ready(env, cold).map_err(|e| e.to_string()).and_then(|()| self.timed(env, m, ids, row_size));
         m.finish();
         r
     }
 
-    fn sample_inner(
-        &self,
-        env: &Env,
-        m: &mut dyn Method,
-        ids: &[u64],
-        row_size: u64,
-        cold: bool,
-    ) -> Result<Sample, String> {
+    /// `n` warm samples: the rows' pages cached, as an application that also reads the file
+    /// keeps them (buffered reads first: a method reading with O_DIRECT caches nothing by
+    /// itself), then the method's own untimed pass, then `n` timed gathers. An error ends them.
+    fn warm(&self, env: &Env, m: &mut dyn Method, ids: &[u64], row_size: u64, n: usize) -> Vec<Result<Sample, String>> {
         let s = |e: Box<dyn std::error::Error>| e.to_string();
-        m.ready(env, cold).map_err(s)?;
-        if !cold {
-            // Warm means the rows' pages are cached, as an application that also reads the file
-            // keeps them: buffered reads first (a method reading with O_DIRECT caches nothing
-            // by itself), then the method's own untimed pass.
+        let pass = (|| {
+            m.ready(env, false).map_err(s)?;
             table::cache_rows(&env.path, ids, row_size).map_err(|e| format!("caching the rows: {e}"))?;
             let pass = m.run(env, ids).map_err(s)?;
-            table::verify_rows(&pass.bytes, ids, row_size).map_err(|e| format!("warm-up pass: {e}"))?;
-            drop(pass);
-            m.ready(env, false).map_err(s)?;
+            table::verify_rows(&pass.bytes, ids, row_size).map_err(|e| format!("warm-up pass: {e}"))
+        })();
+        let mut out = Vec::new();
+        if let Err(e) = pass {
+            out.push(Err(e));
         }
+        while out.len() < n && out.last().is_none_or(Result::is_ok) {
+            let r = m.ready(env, false).map_err(s).and_then(|()| self.timed(env, m, ids, row_size));
+            out.push(r);
+        }
+        m.finish();
+        out
+    }
+
+    /// One timed, verified gather of `ids` by `m`, as the method stands.
+    fn timed(&self, env: &Env, m: &mut dyn Method, ids: &[u64], row_size: u64) -> Result<Sample, String> {
+        let s = |e: Box<dyn std::error::Error>| e.to_string();
         let resident0 = probe::resident_bytes(&self.table);
         let disk0 = self.disk.as_ref().and_then(probe::Disk::counters);
         let faults0 = probe::major_faults();
@@ -434,8 +451,9 @@ fn main() -> Res<()> {
                         let what = format!("{label} round {} run {run} {name}", round + 1);
                         let r = pr.sample(&env, m.as_mut(), &ids, rs, true);
                         record(&mut cells[mi][0], r, &format!("{what} cold"), &mut notes);
-                        let r = pr.sample(&env, m.as_mut(), &ids, rs, false);
-                        record(&mut cells[mi][1], r, &format!("{what} warm"), &mut notes);
+                        for r in pr.warm(&env, m.as_mut(), &ids, rs, cfg.warm_samples) {
+                            record(&mut cells[mi][1], r, &format!("{what} warm"), &mut notes);
+                        }
                     }
                 }
                 let (cold, warm): (Vec<_>, Vec<_>) = cells.into_iter().map(|[c, w]| (c, w)).unzip();
@@ -582,8 +600,11 @@ fn main() -> Res<()> {
     let _ = writeln!(md, "- cold = the table's pages evicted before every timed gather: {}", evict_how.describe());
     let _ = writeln!(
         md,
-        "- median of {} run(s) per cell; fresh random row ids (with replacement) every run, the same ids for every method in a run",
-        cfg.runs
+        "- median of {} run(s) per cold cell, and of {} timed gathers per warm cell ({} a run, after one untimed pass); fresh \
+         random row ids (with replacement) every run, the same ids for every method in a run",
+        cfg.runs,
+        cfg.runs * cfg.warm_samples,
+        cfg.warm_samples
     );
     let _ = writeln!(
         md,
