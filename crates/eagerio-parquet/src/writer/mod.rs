@@ -501,19 +501,28 @@ impl<S: DataSink + 'static> EagerArrowWriter<S> {
     }
 
     fn poll_until<T>(&mut self, cx: &mut Context<'_>, until: &mut dyn FnMut(&mut State) -> Option<T>) -> Poll<T> {
-        if self.local {
-            self.append_handed_back(cx);
-        }
         let board = self.board.clone();
-        let mut st = board.lock();
-        if self.local {
-            self.reap_local(&mut st);
+        loop {
+            if self.local {
+                self.append_handed_back(cx);
+            }
+            let mut st = board.lock();
+            if self.local {
+                self.reap_local(&mut st);
+            }
+            if let Some(t) = until(&mut st) {
+                return Poll::Ready(t);
+            }
+            // A block handed back after `append_handed_back` found the outbox empty was announced
+            // while no waker was parked (the one before was taken by the wake that began this
+            // poll): append it now rather than wait for a notify that already happened. Blocks
+            // waiting for the sink's room are not this case: the sink wakes the caller.
+            if self.local && self.local_ready.is_none() && !st.outbox.is_empty() {
+                continue;
+            }
+            Board::park_caller(&mut st, cx.waker());
+            return Poll::Pending;
         }
-        if let Some(t) = until(&mut st) {
-            return Poll::Ready(t);
-        }
-        Board::park_caller(&mut st, cx.waker());
-        Poll::Pending
     }
 
     /// Local mode: appends the blocks the splicer handed back, one at a time while the sink has
@@ -572,5 +581,61 @@ impl<S> Drop for EagerArrowWriter<S> {
             st.input = Input::Abandoned;
             self.board.notify(&mut st);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        sync::atomic::{AtomicUsize, Ordering},
+        task::{Wake, Waker},
+    };
+
+    use arrow_schema::{DataType, Field, Schema};
+    use bytes::Bytes;
+    use eagerio_tokio::{TokioWriter, WriterOptions};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct CountWakes(AtomicUsize);
+
+    impl Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The splicer hands a block back, and announces it, between the caller's look at the
+    /// outbox and its lock of the board, while no waker of the caller's is parked (the last one
+    /// was taken by the wake that began this poll): the caller must append it in this poll,
+    /// since no later notify is coming (the last block of a file: the threads have stopped).
+    #[test]
+    fn writer_local_block_handed_back_between_the_look_and_the_lock_is_appended() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let _guard = rt.enter();
+        let dir = tempfile::tempdir().unwrap();
+        let sink = TokioWriter::create_blocking(dir.path().join("race.parquet"), WriterOptions::default()).unwrap();
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let mut w = EagerArrowWriter::try_new_local(sink, schema, None, EagerWriterOptions::default()).unwrap();
+        let wakes = Arc::new(CountWakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut handed_back = false;
+        let polled = w.poll_until(&mut cx, &mut |st: &mut State| {
+            if !std::mem::replace(&mut handed_back, true) {
+                // What the splicer does then; its notify finds no waker to wake.
+                st.outbox.push_back(Bytes::from(vec![7u8; 4096]));
+                st.outbox_bytes += 4096;
+                return None;
+            }
+            st.outbox.is_empty().then_some(())
+        });
+        assert!(
+            polled.is_ready(),
+            "the block was left in the outbox, and the caller parked ({} wakes)",
+            wakes.0.load(Ordering::SeqCst)
+        );
+        assert!(w.board.lock().outbox.is_empty(), "the block was appended");
     }
 }
