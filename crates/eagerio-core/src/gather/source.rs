@@ -525,8 +525,10 @@ impl Start {
         self.reserve(out, len);
         // SAFETY: `out` has room for the requests' total length, reserved above, and no party
         // exists yet, so nothing else touches it; `split_mapped` checked that every request not
-        // missing ends within the file, which lies within the mapping.
-        let Some(copied) = (unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr()) }) else { return Ok(None) };
+        // missing ends within the file, which lies within the mapping. On a preparing thread
+        // the copy is shared with the other preparing threads.
+        let copy = unsafe { r.copy_in_order(requests, &missing, out.as_mut_ptr(), self.elsewhere) };
+        let Some(copied) = copy else { return Ok(None) };
         Ok(Some((Plan::missing(requests, &missing, len, &self.opts), copied)))
     }
 
