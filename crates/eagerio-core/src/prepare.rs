@@ -17,7 +17,7 @@
 //! and the thread goes on. Where no thread can be started, the work runs in the call, as for a
 //! small gather.
 //!
-//! A large copy from the page cache is shared ([`share`]): the thread preparing the gather
+//! A large copy from the page cache is shared (`share`): the thread preparing the gather
 //! offers its parts to the other preparing threads and copies parts itself until none is left.
 //! A warm gather's copy is bound by memory latency (a TLB and a cache miss a random row), so two
 //! threads copy 40,000 random rows in about half the time; a thread busy elsewhere takes no

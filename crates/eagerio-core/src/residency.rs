@@ -280,7 +280,7 @@ impl Residency {
     /// [`split_mapped`](Self::split_mapped) returned them) from the mapping to `out`, in
     /// request order, as a loop over an mmap does: no plan, no sort. With `shared` (the caller
     /// is a preparing thread), a copy of at least two [`SHARE_ROWS`] parts is shared with the
-    /// other preparing threads ([`prepare::share`](crate::prepare::share)). Returns the rows
+    /// other preparing threads (`prepare::share`). Returns the rows
     /// copied and the major faults taken (pages reclaimed since a copy mapped them, read back
     /// in), or `None` when a copy stopped short because the file was cut: `out` then holds a
     /// partial copy, and the whole gather must be planned (every byte of `out` is written
@@ -860,6 +860,7 @@ fn major_faults() -> u64 {
 mod tests {
     use super::*;
     use crate::plan::PlanOptions;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
     use std::io::Write;
 
     /// A cold file is told by `cachestat` alone: after eviction nothing is cached and `serve`
@@ -1163,14 +1164,11 @@ mod tests {
         f.write_all(&(0..len).map(byte).collect::<Vec<u8>>()).unwrap();
         let r = Residency::map(f.as_file(), len).unwrap();
         let n = 3 * SHARE_ROWS + 7;
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = StdRng::seed_from_u64(7);
         let requests: Vec<(u64, u64)> = (0..n)
             .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let l = 1 + x % 200;
-                ((x >> 16) % (len - l), l)
+                let l = rng.gen_range(1..=200);
+                (rng.gen_range(0..len - l), l)
             })
             .collect();
         let total: u64 = requests.iter().map(|r| r.1).sum();
