@@ -302,15 +302,20 @@ impl Residency {
             return None;
         }
         let per = if shared && requests.len() >= 2 * SHARE_ROWS { SHARE_ROWS } else { requests.len().max(1) };
-        // Where each part's bytes start in the output.
-        let starts: Vec<usize> = requests
-            .chunks(per)
-            .scan(0usize, |at, part| {
-                let start = *at;
-                *at += part.iter().map(|&(_, len)| len as usize).sum::<usize>();
-                Some(start)
-            })
-            .collect();
+        // Where each part's bytes start in the output (a pass over the requests only when the
+        // copy is shared: a copy of one part starts at 0).
+        let starts: Vec<usize> = if per >= requests.len() {
+            vec![0]
+        } else {
+            requests
+                .chunks(per)
+                .scan(0usize, |at, part| {
+                    let start = *at;
+                    *at += part.iter().map(|&(_, len)| len as usize).sum::<usize>();
+                    Some(start)
+                })
+                .collect()
+        };
         let (cut, faults) = (AtomicBool::new(false), AtomicU64::new(0));
         let out = SharedOut(out);
         let part = |k: usize| {
