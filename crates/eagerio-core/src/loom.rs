@@ -1,5 +1,6 @@
-//! The loom shim: every atomic, `Arc`, `Mutex`, `Condvar` and `UnsafeCell` that the ledger uses is
-//! imported from here, so the code loom checks under `--cfg eagerio_loom` is the production code.
+//! The loom shim: every atomic, `Arc`, `Mutex`, `Condvar`, `UnsafeCell` and thread park that the
+//! ledger and the shared copy (`prepare::share`) use is imported from here, so the code loom
+//! checks under `--cfg eagerio_loom` is the production code.
 //!
 //! With the cfg off these are the `std` types; `UnsafeCell` gets loom's closure API
 //! (`with`/`with_mut`) so that call sites are the same in both builds. Beside them, the few
@@ -20,6 +21,14 @@ pub use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard,
 };
+
+/// Parking and waking threads: `std::thread`'s, or loom's model threads.
+pub mod thread {
+    #[cfg(eagerio_loom)]
+    pub use loom::thread::{current, park, Thread};
+    #[cfg(not(eagerio_loom))]
+    pub use std::thread::{current, park, Thread};
+}
 
 use std::task::Waker;
 
@@ -86,4 +95,45 @@ pub(crate) fn wake(waker: Waker) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())) {
         tracing::error!(panic = %crate::error::panic_message(&*payload), "a waker panicked; the panic was caught");
     }
+}
+
+/// Runs the model `f` in every interleaving loom finds with at most 2 preemptions (or
+/// `LOOM_MAX_PREEMPTIONS`), and checks that loom explored more than one: a model whose threads
+/// never meet explores a single interleaving and proves nothing.
+///
+/// # Panics
+/// When an interleaving fails (a race on an `UnsafeCell`, a deadlock, a failed assertion), or
+/// when loom explored a single interleaving.
+#[cfg(eagerio_loom)]
+pub fn explore(f: impl Fn() + Sync + Send + 'static) {
+    explore_with(None, f);
+}
+
+/// [`explore`] with at most `bound` preemptions, fewer if `LOOM_MAX_PREEMPTIONS` says so: for a
+/// model too large to explore at the default bound.
+///
+/// # Panics
+/// As [`explore`].
+#[cfg(eagerio_loom)]
+pub fn explore_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    explore_with(Some(bound), f);
+}
+
+#[cfg(eagerio_loom)]
+fn explore_with(bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = match (b.preemption_bound, bound) {
+        (Some(env), Some(bound)) => Some(env.min(bound)),
+        (env, bound) => env.or(bound).or(Some(2)),
+    };
+    let iterations = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = iterations.clone();
+    b.check(move || {
+        seen.fetch_add(1, Relaxed);
+        f();
+    });
+    let n = iterations.load(Relaxed);
+    eprintln!("explored {n} interleavings");
+    assert!(n > 1, "the model explored a single interleaving");
 }

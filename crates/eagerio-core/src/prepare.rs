@@ -23,7 +23,8 @@
 //! threads copy 40,000 random rows of 4 KiB in about half the time (of 90 B, the copy is about
 //! as short as the hand-over and the wake-ups around it, and the gather gained 10-30%). A thread
 //! busy elsewhere takes no part; the owner waits only for a part a helper has begun (a
-//! helper preempted or taking a major fault in its part delays it by that part).
+//! helper preempted or taking a major fault in its part delays it by that part). The protocol
+//! is model-checked with loom (`loom_models` below).
 
 /// Requests in a gather from which, on a backend that can take jobs from any thread, the
 /// planning and cache copies leave the caller's thread. Below it they cost less than handing
@@ -37,6 +38,8 @@ pub const PREPARE_ELSEWHERE: usize = 2048;
 /// ([`MIN_FIT_READS`](crate::tune::MIN_FIT_READS)), so they never probe the device's price.
 /// A stream of fewer than `PREPARE_ELSEWHERE + STREAM_HEAD` requests is one job.
 pub const STREAM_HEAD: usize = 192;
+
+use crate::loom::{thread, thread_panicking, Arc, AtomicBool, AtomicUsize, Ordering::SeqCst};
 
 /// One gather's preparation.
 pub(crate) type Work = Box<dyn FnOnce() + Send + 'static>;
@@ -101,11 +104,11 @@ pub(crate) fn share(parts: usize, part: &(dyn Fn(usize) + Sync)) {
 /// [`share`], with `offer` handing the helpers' work to another thread (or running it in
 /// place; it may run at any time, also after `share_with` returned).
 pub(crate) fn share_with(parts: usize, part: &(dyn Fn(usize) + Sync), offer: impl FnOnce(Work)) {
-    if parts <= 1 || cfg!(eagerio_loom) {
+    if parts <= 1 {
         (0..parts).for_each(part);
         return;
     }
-    let shared = std::sync::Arc::new(Shares::new(parts, part));
+    let shared = Arc::new(Shares::new(parts, part));
     // Waits, also while a part of ours (or `offer`) unwinds, until no helper runs a part: `part`
     // borrows from the caller's frame, which must outlive every call of it.
     let _wait = Wait(&shared);
@@ -116,16 +119,17 @@ pub(crate) fn share_with(parts: usize, part: &(dyn Fn(usize) + Sync), offer: imp
     }
 }
 
-/// The parts of one [`share`]: which is next, and how many helpers are inside one.
+/// The parts of one [`share`]: which is next, and how many helpers are inside one. Its atomics
+/// and park are the loom shim's, so the models below check this protocol as it runs.
 struct Shares {
     parts: usize,
-    next: std::sync::atomic::AtomicUsize,
+    next: AtomicUsize,
     /// Helpers counted just before their claim (whether or not it gets a part) until the end of
     /// their part.
-    helping: std::sync::atomic::AtomicUsize,
+    helping: AtomicUsize,
     /// A helper's part panicked.
-    panicked: std::sync::atomic::AtomicBool,
-    owner: std::thread::Thread,
+    panicked: AtomicBool,
+    owner: thread::Thread,
     /// The caller's `part`. Dereferenced only by a helper holding a claimed part, and the
     /// caller does not leave `share` while one does ([`Wait`]), so it is alive whenever used.
     part: *const (dyn Fn(usize) + Sync + 'static),
@@ -146,12 +150,19 @@ impl Shares {
         let part = unsafe {
             std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const (dyn Fn(usize) + Sync + 'static)>(part)
         };
-        Shares { parts, next: 0.into(), helping: 0.into(), panicked: false.into(), owner: std::thread::current(), part }
+        Shares {
+            parts,
+            next: AtomicUsize::new(0),
+            helping: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            owner: thread::current(),
+            part,
+        }
     }
 
     /// The next part nobody has claimed.
     fn claim(&self) -> Option<usize> {
-        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let i = self.next.fetch_add(1, SeqCst);
         (i < self.parts).then_some(i)
     }
 
@@ -160,7 +171,7 @@ impl Shares {
         loop {
             // Counted before the claim: once the owner has seen no part left, and then no
             // helper counted, no helper can hold a part.
-            self.helping.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.helping.fetch_add(1, SeqCst);
             let leave = Leave(self);
             let Some(i) = self.claim() else { return };
             // SAFETY: we hold claimed part `i` and are counted in `helping`, so the owner is
@@ -178,8 +189,7 @@ struct Leave<'a>(&'a Shares);
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        if std::thread::panicking() {
+        if thread_panicking() {
             self.0.panicked.store(true, SeqCst);
         }
         // The helper's own `Arc` keeps `Shares` alive after the owner left.
@@ -191,17 +201,16 @@ impl Drop for Leave<'_> {
 
 /// The owner leaving [`share_with`] (also by unwinding): takes the parts left away from the
 /// helpers, waits until none runs one, and passes a helper's panic on.
-struct Wait<'a>(&'a std::sync::Arc<Shares>);
+struct Wait<'a>(&'a Arc<Shares>);
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
         let s = self.0;
         s.next.fetch_max(s.parts, SeqCst);
         while s.helping.load(SeqCst) != 0 {
-            std::thread::park();
+            thread::park();
         }
-        if s.panicked.load(SeqCst) && !std::thread::panicking() {
+        if s.panicked.load(SeqCst) && !thread_panicking() {
             panic!("a part of a shared copy panicked on a helping thread");
         }
     }
@@ -314,5 +323,81 @@ mod tests {
         let shared = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| share_with(16, &part, offer)));
         assert!(shared.is_err(), "the helper's panic was lost");
         assert_eq!(done.load(SeqCst), 15, "share returned before the owner's parts ended");
+    }
+}
+
+/// Loom models of the share's protocol, run as it is built (its atomics and park are the loom
+/// shim's): the owner and a helper offered on a thread of its own, in every interleaving. Each
+/// part counts its run twice: in an atomic (loom explores the orders of the owner's reads against
+/// it) and in a cell of the owner's frame (through loom's `UnsafeCell`, which reports an access
+/// not ordered after the part's). Once `share_with` returned, the owner reads both for every part:
+/// a part run twice, not yet run, or still running on the helper is a count other than one or a
+/// race.
+///
+/// `RUSTFLAGS="--cfg eagerio_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
+/// cargo test -p eagerio-core --release --lib prepare::loom_models`
+#[cfg(all(test, eagerio_loom))]
+mod loom_models {
+    use super::*;
+    use crate::loom::{explore, Ordering::Relaxed, UnsafeCell};
+
+    fn on_a_thread(work: Work) {
+        // Detached, as a preparing thread takes the work: it may run after `share_with` returned.
+        drop(loom::thread::spawn(work));
+    }
+
+    /// Each part's runs. The atomic is only relaxed: any order the owner sees comes from the
+    /// protocol.
+    struct Runs {
+        seen: Vec<AtomicUsize>,
+        cells: Vec<UnsafeCell<usize>>,
+    }
+
+    // SAFETY: the cells are shared so that loom can check the claim this model is about: no two
+    // threads touch one cell without an order between them (loom reports a race otherwise).
+    unsafe impl Sync for Runs {}
+
+    impl Runs {
+        fn new(parts: usize) -> Runs {
+            Runs {
+                seen: (0..parts).map(|_| AtomicUsize::new(0)).collect(),
+                cells: (0..parts).map(|_| UnsafeCell::new(0)).collect(),
+            }
+        }
+
+        fn run(&self, part: usize) {
+            self.seen[part].fetch_add(1, Relaxed);
+            // SAFETY: loom checks this claim: the protocol gives each part to one thread.
+            self.cells[part].with_mut(|n| unsafe { *n += 1 });
+        }
+
+        /// The owner, after `share_with` returned.
+        fn check(&self) {
+            for (i, cell) in self.cells.iter().enumerate() {
+                let seen = self.seen[i].load(Relaxed);
+                assert_eq!(seen, 1, "part {i} ran {seen} times when share_with returned");
+                // SAFETY: loom checks this claim: no helper touches a cell once `share_with` returned.
+                let n = cell.with_mut(|n| unsafe { *n });
+                assert_eq!(n, 1, "part {i}");
+            }
+        }
+    }
+
+    fn every_part_once_before_the_owner_leaves(parts: usize) {
+        let runs = Runs::new(parts);
+        share_with(parts, &|i| runs.run(i), on_a_thread);
+        runs.check();
+    }
+
+    /// Two parts: the helper takes none, one or both, before, during or after the owner's.
+    #[test]
+    fn share_model_two_parts_each_once_and_none_after_the_owner_left() {
+        explore(|| every_part_once_before_the_owner_leaves(2));
+    }
+
+    /// Three parts: the owner may be parked on a helper inside its second part.
+    #[test]
+    fn share_model_three_parts_each_once_and_none_after_the_owner_left() {
+        explore(|| every_part_once_before_the_owner_leaves(3));
     }
 }

@@ -20,15 +20,13 @@ use std::{
     ops::Range,
     panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
     path::PathBuf,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc as StdArc,
-    },
+    sync::Arc as StdArc,
 };
 
 use bytes::Bytes;
 use eagerio_core::{
     backend::{JobHandle, ReadEngine, Staging},
+    loom::explore,
     mem::{MemEngine, MemFile},
     DataSink, Error, FileInfo, Op, RowLayout, Sink, SinkOptions, Source,
 };
@@ -182,24 +180,6 @@ const FILE_LEN: usize = 3 * SLOT;
 const FIRST: &[Range<u64>] = &[10..110, 5000..5100];
 /// The follow-up gather: two extents as well, reusing the same slots.
 const SECOND: &[Range<u64>] = &[200..300, 9000..9100];
-
-/// Runs `f` as a loom model (preemption bound 2 unless `LOOM_MAX_PREEMPTIONS` says otherwise)
-/// and checks loom really explored more than one interleaving.
-fn explore(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let iterations = StdArc::new(AtomicUsize::new(0));
-    let seen = iterations.clone();
-    b.check(move || {
-        seen.fetch_add(1, Ordering::Relaxed);
-        f()
-    });
-    let n = iterations.load(Ordering::Relaxed);
-    eprintln!("explored {n} interleavings");
-    assert!(n > 1, "the model explored a single interleaving");
-}
 
 /// A file, `slots` staging slots and a source over them with the gap bound 0 (so `FIRST` and
 /// `SECOND` are two extents each).

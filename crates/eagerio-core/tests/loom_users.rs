@@ -10,30 +10,8 @@
 #[path = "../examples/loom_writer/model.rs"]
 mod model;
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering as AtomicOrdering},
-    Arc,
-};
-
+use eagerio_core::loom::explore;
 use model::{footer_implies_data, offsets_are_reserved, OffsetSource, Ordering};
-
-/// Runs `f` in every interleaving (preemption bound 2 unless `LOOM_MAX_PREEMPTIONS` says
-/// otherwise) and checks loom explored more than one.
-fn explore(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    let iterations = Arc::new(AtomicUsize::new(0));
-    let seen = iterations.clone();
-    b.check(move || {
-        seen.fetch_add(1, AtomicOrdering::Relaxed);
-        f()
-    });
-    let n = iterations.load(AtomicOrdering::Relaxed);
-    eprintln!("explored {n} interleavings");
-    assert!(n > 1, "the model explored a single interleaving");
-}
 
 /// The writer awaits every chunk before it writes the footer: whenever the footer is on disk,
 /// so is every chunk it names.

@@ -14,21 +14,13 @@
 //!  cargo test -p eagerio-uring --release --test loom_lane`
 #![cfg(eagerio_loom)]
 
-use std::{
-    collections::VecDeque,
-    io,
-    ops::Range,
-    path::PathBuf,
-    sync::{
-        atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering},
-        Arc,
-    },
-};
+use std::{collections::VecDeque, io, ops::Range, path::PathBuf, sync::Arc};
 
 use bytes::Bytes;
 use eagerio_core::{
     backend::{JobHandle, ReadEngine, Staging},
     fault::{Action, Hook, IoKind},
+    loom::{explore, explore_bounded},
     Error, FileInfo, Source,
 };
 use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work};
@@ -261,25 +253,6 @@ fn quiet_injected_panics() {
             previous(info);
         }
     }));
-}
-
-fn explore(f: impl Fn() + Sync + Send + 'static) {
-    explore_bounded(2, f);
-}
-
-/// [`explore`] with at most `bound` preemptions (unless `LOOM_MAX_PREEMPTIONS` says otherwise).
-fn explore_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.map_or(bound, |p| p.min(bound)));
-    let iterations = Arc::new(StdAtomicUsize::new(0));
-    let seen = iterations.clone();
-    b.check(move || {
-        seen.fetch_add(1, StdOrdering::Relaxed);
-        f()
-    });
-    let n = iterations.load(StdOrdering::Relaxed);
-    eprintln!("explored {n} interleavings");
-    assert!(n > 1, "the model explored a single interleaving");
 }
 
 /// Two reads in flight, completed out of order, then the next gather reusing the slots.
