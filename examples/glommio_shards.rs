@@ -48,13 +48,7 @@ fn table(arg: Option<String>) -> std::io::Result<PathBuf> {
     let len = 64u64 << 20;
     if std::fs::metadata(&path).map(|m| m.len()).ok() != Some(len) {
         let mut data = vec![0u8; len as usize];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for b in data.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
+        rand::RngCore::fill_bytes(&mut <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1), &mut data);
         std::fs::write(&path, data)?;
     }
     Ok(path)

@@ -160,15 +160,10 @@ fn expected(ids: &[u64]) -> Vec<u8> {
 
 /// A client's deterministic request stream: 1..=32 ids each, duplicates likely.
 fn ids_for(client: u64, n: u64) -> Vec<u64> {
-    let mut x = (client + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let len = next() % 32 + 1;
-    (0..len).map(|_| next() % ROWS).collect()
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(client << 32 | n);
+    let len = rng.gen_range(1..=32);
+    (0..len).map(|_| rng.gen_range(0..ROWS)).collect()
 }
 
 /// `clients` concurrent clients sending `requests` each; a 503 is retried after a short pause

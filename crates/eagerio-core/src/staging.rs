@@ -340,22 +340,14 @@ mod tests {
     /// An async acquirer of an exhausted pool waits, and a released slot wakes it.
     #[test]
     fn poll_acquire_waits_and_is_woken() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        struct Count(AtomicUsize);
-        impl std::task::Wake for Count {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
         let s = Staging::new(4096, 4096).unwrap();
         let held = s.try_acquire().unwrap();
-        let count = std::sync::Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (waker, count) = futures_test::task::new_count_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(s.poll_acquire(&mut cx).is_pending());
         assert!(s.poll_acquire(&mut cx).is_pending(), "polled twice, registered once");
         drop(held);
-        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the release woke the waiter once");
+        assert_eq!(count.get(), 1, "the release woke the waiter once");
         assert!(matches!(s.poll_acquire(&mut cx), Poll::Ready(_)));
     }
 

@@ -14,7 +14,7 @@ use std::{
         atomic::{AtomicUsize, Ordering},
         Arc,
     },
-    task::{Context, Poll, Wake, Waker},
+    task::{Context, Poll},
     time::{Duration, Instant},
 };
 
@@ -47,15 +47,6 @@ async fn await_something_else_until(mut done: impl FnMut() -> bool) {
     }
 }
 
-#[derive(Default)]
-struct CountWakes(AtomicUsize);
-
-impl Wake for CountWakes {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn gather_reads_queued_at_call_and_completed_without_polling() {
     block_on(async {
@@ -74,8 +65,7 @@ fn gather_reads_queued_at_call_and_completed_without_polling() {
         await_something_else_until(|| fut.is_settled()).await;
         assert!(table.source().engine().is_idle());
         // The first poll finds the work done and never needs a wake.
-        let wakes = Arc::new(CountWakes::default());
-        let waker = Waker::from(wakes.clone());
+        let (waker, wakes) = futures_test::task::new_count_waker();
         let Poll::Ready(got) = Pin::new(&mut fut).poll(&mut Context::from_waker(&waker)) else {
             panic!("a settled gather must be ready at its first poll")
         };
@@ -85,7 +75,7 @@ fn gather_reads_queued_at_call_and_completed_without_polling() {
             expect.extend_from_slice(&file[r * 4096..(r + 1) * 4096]);
         }
         assert_eq!(&got[..], &expect[..]);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
+        assert_eq!(wakes.get(), 0);
         assert_eq!(fut.stats().reads_issued, 3, "counters stay readable after completion");
     });
 }

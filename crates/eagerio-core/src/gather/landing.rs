@@ -101,22 +101,10 @@ impl Landing {
 
 #[cfg(all(test, not(eagerio_loom)))]
 mod tests {
-    use std::sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    };
-    use std::task::{Wake, Waker};
+    use futures_test::task::new_count_waker;
 
     use super::*;
     use crate::plan::PlanOptions;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
 
     #[test]
     fn landing_wakes_for_the_first_then_for_every_batch() {
@@ -125,14 +113,13 @@ mod tests {
         let requests: Vec<(u64, u64)> = (0..40).map(|i| (i * 65_536, 100)).collect();
         let plan = Plan::new(&requests, &PlanOptions { max_gap: 0, align: 1, max_read: 4096 }).unwrap();
         let landing = Landing::new(&plan, &requests, |_| true);
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (waker, count) = new_count_waker();
         assert!(landing.next(&waker).is_none(), "nothing landed yet");
         let (mut yielded, mut seen) = (Vec::new(), 0);
         for i in 0..plan.extents().len() {
             landing.landed(plan.pieces(i));
-            if count.0.load(Ordering::SeqCst) > seen {
-                seen = count.0.load(Ordering::SeqCst);
+            if count.get() > seen {
+                seen = count.get();
                 while let Some((r, _)) = landing.next(&waker) {
                     yielded.push(r);
                 }

@@ -586,25 +586,11 @@ impl<S> Drop for EagerArrowWriter<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        sync::atomic::{AtomicUsize, Ordering},
-        task::{Wake, Waker},
-    };
-
     use arrow_schema::{DataType, Field, Schema};
     use bytes::Bytes;
     use eagerio_tokio::{TokioWriter, WriterOptions};
 
     use super::*;
-
-    #[derive(Default)]
-    struct CountWakes(AtomicUsize);
-
-    impl Wake for CountWakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
 
     /// The splicer hands a block back, and announces it, between the caller's look at the
     /// outbox and its lock of the board, while no waker of the caller's is parked (the last one
@@ -618,8 +604,7 @@ mod tests {
         let sink = TokioWriter::create_blocking(dir.path().join("race.parquet"), WriterOptions::default()).unwrap();
         let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
         let mut w = EagerArrowWriter::try_new_local(sink, schema, None, EagerWriterOptions::default()).unwrap();
-        let wakes = Arc::new(CountWakes::default());
-        let waker = Waker::from(wakes.clone());
+        let (waker, wakes) = futures_test::task::new_count_waker();
         let mut cx = Context::from_waker(&waker);
         let mut handed_back = false;
         let polled = w.poll_until(&mut cx, &mut |st: &mut State| {
@@ -631,11 +616,7 @@ mod tests {
             }
             st.outbox.is_empty().then_some(())
         });
-        assert!(
-            polled.is_ready(),
-            "the block was left in the outbox, and the caller parked ({} wakes)",
-            wakes.0.load(Ordering::SeqCst)
-        );
+        assert!(polled.is_ready(), "the block was left in the outbox, and the caller parked ({} wakes)", wakes.get());
         assert!(w.board.lock().outbox.is_empty(), "the block was appended");
     }
 }
