@@ -68,3 +68,54 @@ async fn gather_budget_bounds_reads_across_concurrent_gathers() {
     assert!(peak <= DEPTH, "{peak} reads in flight at once; the engine's depth is {DEPTH}");
     assert!(table.source().engine().staging().is_full());
 }
+
+/// Workers take turns between the queued gathers, one extent each: a one-row gather that arrives
+/// while the engine's only worker serves a 1,000-extent gather is read next, not after the large
+/// one's remaining extents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gather_budget_takes_turns_with_a_gather_that_arrives_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.bin");
+    let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i % 251) as u8).collect();
+    std::fs::File::create(&path).and_then(|mut f| f.write_all(&data)).unwrap();
+    // The large gather's first read waits until the small gather is queued; every read of the
+    // large one (its rows are the even ones below 2,000) is counted.
+    let (queued, wait) = std::sync::mpsc::channel::<()>();
+    let (started, first_read) = std::sync::mpsc::channel::<()>();
+    let (wait, started) = (std::sync::Mutex::new(wait), std::sync::Mutex::new(started));
+    let large_reads = Arc::new(AtomicUsize::new(0));
+    let at_small = Arc::new(AtomicUsize::new(usize::MAX));
+    let (counted, seen) = (large_reads.clone(), at_small.clone());
+    let hook = Hook::new(move |p| {
+        if p.kind == IoKind::Read && p.offset < 2000 * ROW {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                started.lock().unwrap().send(()).unwrap();
+                wait.lock().unwrap().recv_timeout(Duration::from_secs(20)).unwrap();
+            }
+        } else if p.kind == IoKind::Read {
+            seen.store(counted.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
+        Action::Proceed
+    });
+    let _faults = fault::inject(&path, hook);
+    let opts = TokioOptions::default().depth(1).adaptive(false).max_gap(0).tune_gap(false);
+    let table = TokioEngine::open_rows(&path, RowLayout { base: 0, row_size: ROW, rows: None }, opts).await.unwrap();
+
+    let large_ids: Vec<u64> = (0..1000u64).map(|k| 2 * k).collect();
+    let large = table.gather(&large_ids).unwrap();
+    // The worker is inside the large gather's first read (a blocking wait, in a short test).
+    first_read.recv_timeout(Duration::from_secs(20)).unwrap();
+    let small = table.gather(&[ROWS - 1]).unwrap();
+    queued.send(()).unwrap();
+    let got = small.await.unwrap();
+    // Its read came right after the large one's first two (the first, then the one claimed when
+    // that read returned, as the worker found the small gather queued).
+    let before = at_small.load(Ordering::SeqCst);
+    assert!(before <= 2, "the small gather's read waited for {before} of the large one's 1000 reads");
+    assert_eq!(&got[..], &data[((ROWS - 1) * ROW) as usize..]);
+    let got = large.await.unwrap();
+    for (k, &r) in large_ids.iter().enumerate() {
+        assert_eq!(&got[k * ROW as usize..(k + 1) * ROW as usize], &data[(r * ROW) as usize..((r + 1) * ROW) as usize]);
+    }
+    assert_eq!(large_reads.load(Ordering::SeqCst), 1000);
+}
