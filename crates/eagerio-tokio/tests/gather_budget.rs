@@ -27,12 +27,18 @@ struct InFlight {
     peak: AtomicUsize,
 }
 
+/// A directory with `t.bin`, a table of `ROWS` rows of `ROW` bytes, and its bytes.
+fn table_file() -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i % 251) as u8).collect();
+    std::fs::File::create(dir.path().join("t.bin")).and_then(|mut f| f.write_all(&data)).unwrap();
+    (dir, data)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gather_budget_bounds_reads_across_concurrent_gathers() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, data) = table_file();
     let path = dir.path().join("t.bin");
-    let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i % 251) as u8).collect();
-    std::fs::File::create(&path).and_then(|mut f| f.write_all(&data)).unwrap();
     let counter = Arc::new(InFlight::default());
     let c = counter.clone();
     let hook = Hook::new(move |p| {
@@ -74,10 +80,8 @@ async fn gather_budget_bounds_reads_across_concurrent_gathers() {
 /// one's remaining extents.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gather_budget_takes_turns_with_a_gather_that_arrives_later() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, data) = table_file();
     let path = dir.path().join("t.bin");
-    let data: Vec<u8> = (0..ROWS * ROW).map(|i| (i % 251) as u8).collect();
-    std::fs::File::create(&path).and_then(|mut f| f.write_all(&data)).unwrap();
     // The large gather's first read waits until the small gather is queued; every read of the
     // large one (its rows are the even ones below 2,000) is counted.
     let (queued, wait) = std::sync::mpsc::channel::<()>();
