@@ -332,7 +332,8 @@ mod tests {
 /// it) and in a cell of the owner's frame (through loom's `UnsafeCell`, which reports an access
 /// not ordered after the part's). Once `share_with` returned, the owner reads both for every part:
 /// a part run twice, not yet run, or still running on the helper is a count other than one or a
-/// race.
+/// race. Panics are not modelled (under loom no thread is seen unwinding): the unit tests above
+/// cover a part that panics, on the owner and on a helper.
 ///
 /// `RUSTFLAGS="--cfg eagerio_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
 /// cargo test -p eagerio-core --release --lib prepare::loom_models`

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use eagerio_core::{
     backend::{JobHandle, ReadEngine, Staging},
     fault::{Action, Hook, IoKind},
-    loom::{explore, explore_bounded},
+    loom::explore_bounded,
     Error, FileInfo, Source,
 };
 use eagerio_uring::lane::{FileRef, Inbox, LaneConfig, LaneCore, LaneFile, Notify, Ring, Sqe, Work};
@@ -258,7 +258,7 @@ fn quiet_injected_panics() {
 /// Two reads in flight, completed out of order, then the next gather reusing the slots.
 #[test]
 fn out_of_order_completions_then_next_gather() {
-    explore(|| {
+    explore_bounded(2, || {
         let m = start(2, 2, 1, Kernel::Normal, None);
         let got = loom::future::block_on(m.source.gather_ranges(FIRST).unwrap()).unwrap();
         m.check(FIRST, got);
@@ -272,7 +272,7 @@ fn out_of_order_completions_then_next_gather() {
 /// owned until reaped, and the next gather (one slot, so it must reuse it) is correct.
 #[test]
 fn eio_mid_gather_then_next_gather() {
-    explore(|| {
+    explore_bounded(2, || {
         let m = start(1, 2, 1, Kernel::EioAt(5000), None);
         let e = loom::future::block_on(m.source.gather_ranges(FIRST).unwrap()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
@@ -287,7 +287,7 @@ fn eio_mid_gather_then_next_gather() {
 #[test]
 fn copy_out_panic_then_next_gather() {
     quiet_injected_panics();
-    explore(|| {
+    explore_bounded(2, || {
         let hook =
             Hook::new(|p| if p.kind == IoKind::CopyOut && p.offset == 10 { Action::Panic } else { Action::Proceed });
         let m = start(2, 2, 1, Kernel::Normal, Some(hook));
@@ -325,7 +325,7 @@ fn dropped_future_then_next_gather() {
 /// that read's own completion, with the right bytes.
 #[test]
 fn cancel_races_the_completion_then_next_gather() {
-    explore(|| {
+    explore_bounded(2, || {
         let m = start(1, 2, 1, Kernel::Normal, None);
         let fut = m.source.gather_ranges(&FIRST[..1]).unwrap();
         m.wait_issued(1);
@@ -347,7 +347,7 @@ fn cancel_races_the_completion_then_next_gather() {
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn late_kernel_write_is_caught() {
-    explore(|| {
+    explore_bounded(2, || {
         let m = start(1, 1, 1, Kernel::LateWrite, None);
         let got = loom::future::block_on(m.source.gather_ranges(&FIRST[..1]).unwrap()).unwrap();
         m.check(&FIRST[..1], got);
